@@ -1,0 +1,288 @@
+"""Typed configuration: ``conf/*.yaml`` (OmegaConf) is the source of truth.
+
+``load_config`` merges, in order: the structured defaults below, ``conf/<config-name>.yaml``, then
+the dotted overrides from Flower's run config (``overrides = "strategy.t_max=3 agent.backend.name=mock"``)
+and the flat keys ``output-dir`` / ``data-dir``. Unknown keys anywhere are an error that names them.
+Each component receives only its own section.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+RULE_MODES = ("full", "NR", "SR", "LE", "G2L", "L2G")
+ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
+PARTITIONS = ("iid", "dirichlet")
+
+
+@dataclass
+class BackendConfig:
+    """How an agent (or the LLM judge) reaches its model."""
+
+    # registered backend: embedded | openai | transformers | mock (or module:Class)
+    name: str = "embedded"
+    # embedded: qwen2.5-coder-0.5b | smollm2-135m; openai: model id; transformers: dir or .gguf path
+    model: str = "qwen2.5-coder-0.5b"
+    # OpenAI-compatible endpoint (vLLM, SGLang, llama.cpp server, hosted API)
+    base_url: str = ""
+    # name of the environment variable that holds the API key (never the key itself)
+    api_key_env: str = "OPENAI_API_KEY"
+    max_tokens: int = 320
+    temperature: float = 0.0
+    # 0 = all cores of the process; llama.cpp threads
+    n_threads: int = 0
+    n_ctx: int = 4096
+    # structured output: auto | json_schema | json_object_schema | none
+    json_mode: str = "auto"
+    timeout: float = 120.0
+    max_retries: int = 3
+    concurrency: int = 8
+
+
+@dataclass
+class StrategyConfig:
+    """Collaboration loop of the PFedMA strategy."""
+
+    # maximum collaboration rounds per query (T_max)
+    t_max: int = 2
+    # maximum clients selected per query round (K_max)
+    k_max: int = 3
+    # queries active at once; a Flower round carries one collaboration round of each
+    batch_size: int = 10
+    # seconds to wait for the replies of one Flower round
+    round_timeout: float = 900.0
+    # nodes that must be connected before the run starts, and how long to wait for them
+    min_nodes: int = 2
+    node_wait_timeout: float = 120.0
+    # a query round with fewer valid replies than this ends the query (keeps its z so far)
+    min_replies: int = 1
+
+
+@dataclass
+class AnomalyConfig:
+    """Reliability evaluation of uploaded responses (DESIGN §3.7)."""
+
+    # embedding | llm (or module:Class)
+    judge: str = "embedding"
+    lambda_pool: float = 0.3
+    alpha_con: float = 0.3
+    tolerance: float = 0.5
+    # none | -intent | -evidence | -consensus | -all
+    ablation: str = "none"
+    # backend of the LLM judge (used only when judge = llm)
+    judge_backend: BackendConfig = field(default_factory=lambda: BackendConfig(max_tokens=64))
+
+
+@dataclass
+class RoutingConfig:
+    """Routing state, orchestrator and query refinement (DESIGN §3.8, §3.10, §3.12)."""
+
+    # heuristic | random (or module:Class)
+    orchestrator: str = "heuristic"
+    eta: float = 0.2
+    stop_support: float = 0.7
+    exploration_c: float = 0.1
+    # -IA ablation sets this false (no capability state C)
+    use_capability: bool = True
+    # -RT ablation sets this false (no reliability state S)
+    use_reliability: bool = True
+    # -RQ ablation sets this false (resend the task unchanged)
+    refine_query: bool = True
+
+
+@dataclass
+class RulesConfig:
+    """Privacy-rule co-evolution (DESIGN §3.1–3.6, §4)."""
+
+    # full | NR (no rules) | SR (static) | LE (local only) | G2L | L2G
+    mode: str = "full"
+    sim_threshold: float = 0.9
+    phi_default: float = 0.3
+    # presidio | regex
+    pii: str = "presidio"
+
+
+@dataclass
+class AgentConfig:
+    """A client agent: backend, few-shot retrieval from D_i, experience buffer X_i."""
+
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    few_shot: int = 2
+    experience_size: int = 32
+    # profile names per client (client i gets profiles[i % len]); empty = built-in rotation
+    profiles: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DataConfig:
+    """Benchmarks, the evaluation stream and client partitions."""
+
+    benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "medqa"])
+    # evaluation queries per benchmark
+    queries_per_benchmark: int = 10
+    # size of the held-apart dev pool per benchmark (client private data is cut from it)
+    dev_pool_per_benchmark: int = 200
+    # iid | dirichlet
+    partition: str = "iid"
+    alpha: float = 0.5
+    # absolute path of the data dir; empty = PFEDMA_DATA_DIR or the repo's data/
+    data_dir: str = ""
+
+
+@dataclass
+class EmbeddingConfig:
+    """Embedding model e(·) used by server and clients."""
+
+    # minilm | hashing
+    name: str = "minilm"
+    model_path: str = ""
+
+
+@dataclass
+class ProtocolConfig:
+    """Caps on untrusted payloads."""
+
+    max_text_chars: int = 8000
+    max_claims: int = 16
+    max_evidence: int = 8
+    max_items: int = 256
+    max_rules: int = 512
+
+
+@dataclass
+class OutputConfig:
+    """Where results go (absolute; the ServerApp's cwd is the SuperLink's)."""
+
+    dir: str = ""
+    progress: bool = True
+
+
+@dataclass
+class PFedMAConfig:
+    """The whole run configuration."""
+
+    seed: int = 0
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    anomaly: AnomalyConfig = field(default_factory=AnomalyConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is wrong; the message names it and where it came from."""
+
+
+def _validate(cfg: PFedMAConfig) -> None:
+    s, a, r, ru, d = cfg.strategy, cfg.anomaly, cfg.routing, cfg.rules, cfg.data
+    checks: list[tuple[bool, str]] = [
+        (s.t_max >= 1, f"strategy.t_max must be >= 1, got {s.t_max}"),
+        (s.k_max >= 1, f"strategy.k_max must be >= 1, got {s.k_max}"),
+        (s.batch_size >= 1, f"strategy.batch_size must be >= 1, got {s.batch_size}"),
+        (s.round_timeout > 0, f"strategy.round_timeout must be > 0, got {s.round_timeout}"),
+        (s.min_nodes >= 1, f"strategy.min_nodes must be >= 1, got {s.min_nodes}"),
+        (s.min_replies >= 1, f"strategy.min_replies must be >= 1, got {s.min_replies}"),
+        (0.0 <= a.lambda_pool <= 1.0, f"anomaly.lambda_pool must be in [0,1], got {a.lambda_pool}"),
+        (0.0 <= a.alpha_con <= 1.0, f"anomaly.alpha_con must be in [0,1], got {a.alpha_con}"),
+        (0.0 <= a.tolerance <= 1.0, f"anomaly.tolerance must be in [0,1], got {a.tolerance}"),
+        (a.ablation in ABLATIONS, f"anomaly.ablation must be one of {ABLATIONS}, got {a.ablation!r}"),
+        (0.0 < r.eta <= 1.0, f"routing.eta must be in (0,1], got {r.eta}"),
+        (0.0 <= r.stop_support <= 1.0, f"routing.stop_support must be in [0,1], got {r.stop_support}"),
+        (r.exploration_c >= 0.0, f"routing.exploration_c must be >= 0, got {r.exploration_c}"),
+        (ru.mode in RULE_MODES, f"rules.mode must be one of {RULE_MODES}, got {ru.mode!r}"),
+        (0.0 < ru.sim_threshold <= 1.0, f"rules.sim_threshold must be in (0,1], got {ru.sim_threshold}"),
+        (ru.pii in ("presidio", "regex"), f"rules.pii must be presidio|regex, got {ru.pii!r}"),
+        (len(d.benchmarks) >= 1, "data.benchmarks must name at least one benchmark"),
+        (d.queries_per_benchmark >= 1, "data.queries_per_benchmark must be >= 1"),
+        (d.dev_pool_per_benchmark >= 0, "data.dev_pool_per_benchmark must be >= 0"),
+        (d.partition in PARTITIONS, f"data.partition must be one of {PARTITIONS}, got {d.partition!r}"),
+        (d.alpha > 0, f"data.alpha must be > 0, got {d.alpha}"),
+        (cfg.agent.few_shot >= 0, "agent.few_shot must be >= 0"),
+        (cfg.agent.backend.max_tokens >= 1, "agent.backend.max_tokens must be >= 1"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+
+
+def _merge(*parts: Any) -> PFedMAConfig:
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(PFedMAConfig), *parts)
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"invalid configuration: {e}") from e
+    assert isinstance(cfg, PFedMAConfig)
+    _validate(cfg)
+    return cfg
+
+
+def parse_overrides(text: str) -> DictConfig:
+    """Parse ``"a.b=1 c.d='x y'"`` (shell-quoted, space separated) into a DictConfig."""
+    items = shlex.split(text) if text.strip() else []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+    try:
+        return OmegaConf.from_dotlist(items)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot parse overrides {text!r}: {e}") from e
+
+
+def config_path(name: str) -> Path:
+    """Path of a named preset in ``conf/`` (a path to a .yaml file is accepted too)."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml"):
+        path = p if p.is_absolute() else CONF_DIR / p
+    else:
+        path = CONF_DIR / f"{name}.yaml"
+    if not path.is_file():
+        avail = sorted(x.stem for x in CONF_DIR.glob("*.yaml"))
+        raise ConfigError(f"config {name!r} not found at {path}; available in conf/: {avail}")
+    return path
+
+
+def load_config(run_config: dict[str, Any] | None = None) -> PFedMAConfig:
+    """Build the run configuration from Flower's ``context.run_config``.
+
+    Recognized run-config keys: ``config-name``, ``overrides``, ``output-dir``, ``data-dir``
+    (plus Flower's own). Any other key is rejected so that typos surface.
+    """
+    rc = dict(run_config or {})
+    known = {"config-name", "overrides", "output-dir", "data-dir"}
+    unknown = sorted(k for k in rc if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown run-config key(s) {unknown}; known: {sorted(known)}")
+    name = str(rc.get("config-name", "pfedma") or "pfedma")
+    path = config_path(name)
+    try:
+        yaml_cfg = OmegaConf.load(path)
+    except (OmegaConfBaseException, OSError, ValueError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from e
+    parts: list[Any] = [yaml_cfg, parse_overrides(str(rc.get("overrides", "")))]
+    flat: dict[str, Any] = {}
+    if rc.get("output-dir"):
+        flat.setdefault("output", {})["dir"] = str(rc["output-dir"])
+    if rc.get("data-dir"):
+        flat.setdefault("data", {})["data_dir"] = str(rc["data-dir"])
+    parts.append(OmegaConf.create(flat))
+    try:
+        return _merge(*parts)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (config {path}, overrides {rc.get('overrides', '')!r})") from e
+
+
+def to_yaml(cfg: PFedMAConfig) -> str:
+    """The resolved configuration as YAML, for the run's output directory."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

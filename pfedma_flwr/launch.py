@@ -1,0 +1,207 @@
+"""``python -m pfedma_flwr run``: one `flwr run .` simulation that fails loudly when the run fails.
+
+Flower 1.42 pitfalls handled here (see README): `flwr run` auto-starts a detached SuperLink that
+outlives the run and takes its cwd/env from whoever started it first; `--stream` exits 0 even when
+the ServerApp raised; runtime dependency installation needs the network. So this launcher starts
+its own in-memory SuperLink on dedicated ports with the right environment, submits the run,
+streams its log, checks the run status and the result files, and stops the SuperLink again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+APP_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_PORT = 39291
+
+
+def _env(flwr_home: Path, port: int) -> dict[str, str]:
+    env = os.environ.copy()
+    env.update(
+        FLWR_HOME=str(flwr_home),
+        FLWR_TELEMETRY_ENABLED="0",
+        FLWR_DISABLE_UPDATE_CHECK="1",
+        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(port),
+        FLWR_LOCAL_CONTROL_API_PORT=str(port + 2),
+        RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0",
+        RAY_DEDUP_LOGS="0",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    return env
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).is_success
+    except httpx.HTTPError:
+        return False
+
+
+def start_superlink(flwr_home: Path, port: int, log_dir: Path) -> subprocess.Popen[bytes]:
+    """Start an in-memory simulation SuperLink on ``port`` and wait until it answers."""
+    if _healthy(port):
+        raise RuntimeError(
+            f"a SuperLink already answers on 127.0.0.1:{port}; stop it or pass --port"
+        )
+    log_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
+        "--control-api-address", f"127.0.0.1:{port + 2}", "--host", "127.0.0.1",
+        "--port", str(port), "--disable-runtime-dependency-installation",
+        "--log-file", str(log_dir / "superlink.log"),
+    ]
+    proc = subprocess.Popen(
+        cmd, env=_env(flwr_home, port), cwd=log_dir, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=open(log_dir / "superlink.stderr", "wb"),  # noqa: SIM115
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"flower-superlink exited with code {proc.returncode}; see {log_dir}/superlink.*"
+            )
+        if _healthy(port):
+            return proc
+        time.sleep(0.5)
+    stop_superlink(proc)
+    raise RuntimeError(f"flower-superlink did not become healthy in 60 s; see {log_dir}")
+
+
+def stop_superlink(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the SuperLink and its children (superexec, simulation) by process group."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _flwr(args: list[str], env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["flwr", *args], env=env, cwd=APP_DIR, text=True, capture_output=True,
+                          **kw)
+
+
+def _toml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string literal is a valid TOML basic string
+
+
+def run(
+    *, config: str, num_clients: int, output_dir: Path, overrides: str = "",
+    data_dir: str = "", port: int = DEFAULT_PORT, cpus_per_client: float = 1.0,
+    timeout: float = 3600.0,
+) -> int:
+    """Run one simulation; return 0 only if Flower reports success and the results exist."""
+    output_dir = output_dir.resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    flwr_home = output_dir / ".flwr"
+    env = _env(flwr_home, port)
+    link = start_superlink(flwr_home, port, output_dir / "superlink")
+    try:
+        run_cfg = " ".join([
+            f"config-name={_toml_str(config)}",
+            f"output-dir={_toml_str(str(output_dir))}",
+            f"data-dir={_toml_str(data_dir)}",
+            f"overrides={_toml_str(overrides)}",
+        ])
+        fed_cfg = f"num-supernodes={num_clients} client-resources-num-cpus={cpus_per_client}"
+        sub = _flwr(["run", ".", "--format", "json", "--run-config", run_cfg,
+                     "--federation-config", fed_cfg], env)
+        try:
+            run_id = int(json.loads(sub.stdout)["run-id"])
+        except (ValueError, KeyError, TypeError):
+            sys.stderr.write(f"flwr run failed (rc={sub.returncode}):\n{sub.stdout}\n{sub.stderr}\n")
+            return 1
+        print(f"[pfedma] submitted run {run_id}; results -> {output_dir}", flush=True)
+        status = _follow(run_id, env, output_dir / "run.log", timeout)
+        summary = output_dir / "summary.json"
+        if status != "finished:completed":
+            sys.stderr.write(f"[pfedma] run {run_id} ended with status {status!r}; "
+                             f"see {output_dir / 'run.log'}\n")
+            return 1
+        if not summary.is_file():
+            sys.stderr.write(f"[pfedma] run {run_id} completed but wrote no {summary}\n")
+            return 1
+        print(f"[pfedma] run {run_id} finished: {summary}", flush=True)
+        return 0
+    finally:
+        stop_superlink(link)
+
+
+def _status(run_id: int, env: dict[str, str]) -> str:
+    res = _flwr(["list", "--run-id", str(run_id), "--format", "json"], env, timeout=60)
+    try:
+        runs = json.loads(res.stdout)["runs"]
+        return str(runs[0]["status"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return "unknown"
+
+
+def _follow(run_id: int, env: dict[str, str], log_path: Path, timeout: float) -> str:
+    """Stream the run's log to stdout and ``log_path`` until it finishes; return its status."""
+    deadline = time.monotonic() + timeout
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(["flwr", "log", str(run_id), "--stream"], env=env, cwd=APP_DIR,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                log.write(line)
+                if time.monotonic() > deadline:
+                    break
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+    # `flwr log --stream` ends with the run; poll until the status settles.
+    while time.monotonic() < deadline:
+        status = _status(run_id, env)
+        if status.startswith("finished"):
+            return status
+        time.sleep(2)
+    _flwr(["stop", str(run_id)], env, timeout=60)
+    return "timeout"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m pfedma_flwr``."""
+    p = argparse.ArgumentParser(prog="python -m pfedma_flwr", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a PFedMA simulation with `flwr run .`")
+    r.add_argument("--config", default="pfedma", help="preset name in conf/ (default: pfedma)")
+    r.add_argument("--num-clients", type=int, default=8, help="simulated SuperNodes (default 8)")
+    r.add_argument("--output-dir", default="outputs/latest", help="results directory")
+    r.add_argument("--data-dir", default="", help="benchmark data dir (default: repo data/)")
+    r.add_argument("--set", dest="overrides", action="append", default=[],
+                   help="dotted config override, e.g. --set strategy.t_max=3 (repeatable)")
+    r.add_argument("--port", type=int, default=DEFAULT_PORT, help="SuperLink port (+2 control)")
+    r.add_argument("--cpus-per-client", type=float, default=1.0)
+    r.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is stopped")
+    a = p.parse_args(argv)
+    data_dir = str(Path(a.data_dir).resolve()) if a.data_dir else str(APP_DIR / "data")
+    return run(
+        config=a.config, num_clients=a.num_clients, output_dir=Path(a.output_dir),
+        overrides=" ".join(shlex.quote(o) for o in a.overrides), data_dir=data_dir,
+        port=a.port, cpus_per_client=a.cpus_per_client, timeout=a.timeout,
+    )

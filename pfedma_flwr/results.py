@@ -1,0 +1,78 @@
+"""Run outputs: ``rounds.jsonl`` (one line per Flower round), ``queries.jsonl``, ``summary.json``.
+
+Lines are appended and flushed as rounds end, so nothing computed is lost if a run dies later.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _jsonable(obj.item())
+    return obj
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON via a temp file + rename so readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(_jsonable(obj), f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ResultsWriter:
+    """Appends round and query records to the run's output directory.
+
+    Parameters
+    ----------
+    out_dir : Path
+        Absolute output directory (created if missing).
+    """
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self._rounds = out_dir / "rounds.jsonl"
+        self._queries = out_dir / "queries.jsonl"
+        for p in (self._rounds, self._queries):
+            p.write_text("", encoding="utf-8")
+
+    def _append(self, path: Path, rec: dict[str, Any]) -> None:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(rec), sort_keys=True) + "\n")
+            f.flush()
+
+    def round(self, rec: dict[str, Any]) -> None:
+        """Append one round record."""
+        self._append(self._rounds, rec)
+
+    def query(self, rec: dict[str, Any]) -> None:
+        """Append one finished query."""
+        self._append(self._queries, rec)
+
+    def text(self, name: str, content: str) -> None:
+        """Write a small text file (e.g. the resolved config)."""
+        (self.out_dir / name).write_text(content, encoding="utf-8")
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        """Write ``summary.json`` atomically."""
+        write_json_atomic(self.out_dir / "summary.json", summary)

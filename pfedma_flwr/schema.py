@@ -1,0 +1,506 @@
+"""Wire dataclasses: everything that crosses between server and clients, with strict validation.
+
+No Flower import here: :mod:`pfedma_flwr.protocol` turns these into Flower records. Every
+``from_dict`` validates types, ranges, finiteness and size caps, and raises
+:class:`SchemaError` naming the offending field, so a hostile or malformed client reply is
+rejected with a reason instead of crashing the server loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+RuleScope = Literal["query", "response"]
+RuleAction = Literal["redact", "generalize", "refuse"]
+RULE_SCOPES: tuple[str, ...] = ("query", "response")
+RULE_ACTIONS: tuple[str, ...] = ("redact", "generalize", "refuse")
+
+
+class SchemaError(ValueError):
+    """A value that crossed (or would cross) the wire is malformed; ``path`` names where."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size caps for untrusted payloads (configurable under ``protocol.limits``)."""
+
+    max_text_chars: int = 8000
+    max_claims: int = 16
+    max_evidence: int = 8
+    max_items: int = 256
+    max_rules: int = 512
+
+    def __post_init__(self) -> None:
+        for name in ("max_text_chars", "max_claims", "max_evidence", "max_items", "max_rules"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
+
+
+DEFAULT_LIMITS = Limits()
+
+
+# --------------------------------------------------------------------------- validators
+
+
+def _obj(v: Any, path: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise SchemaError(path, f"expected an object, got {type(v).__name__}")
+    return v
+
+
+def _str(v: Any, path: str, lim: Limits, *, allow_empty: bool = True) -> str:
+    if not isinstance(v, str):
+        raise SchemaError(path, f"expected a string, got {type(v).__name__}")
+    if len(v) > lim.max_text_chars:
+        raise SchemaError(path, f"string of {len(v)} chars exceeds cap {lim.max_text_chars}")
+    if not allow_empty and not v.strip():
+        raise SchemaError(path, "must not be empty")
+    return v
+
+
+def _int(v: Any, path: str, *, lo: int = 0, hi: int = 2**62) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SchemaError(path, f"expected an integer, got {type(v).__name__}")
+    if not lo <= v <= hi:
+        raise SchemaError(path, f"{v} outside [{lo}, {hi}]")
+    return v
+
+
+def _float(v: Any, path: str, *, lo: float = -math.inf, hi: float = math.inf) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise SchemaError(path, f"expected a number, got {type(v).__name__}")
+    f = float(v)
+    if not math.isfinite(f):
+        raise SchemaError(path, f"must be finite, got {v!r}")
+    if not lo <= f <= hi:
+        raise SchemaError(path, f"{f} outside [{lo}, {hi}]")
+    return f
+
+
+def _unit(v: Any, path: str) -> float:
+    return _float(v, path, lo=0.0, hi=1.0)
+
+
+def _list(v: Any, path: str, cap: int) -> list[Any]:
+    if not isinstance(v, list):
+        raise SchemaError(path, f"expected a list, got {type(v).__name__}")
+    if len(v) > cap:
+        raise SchemaError(path, f"list of {len(v)} items exceeds cap {cap}")
+    return v
+
+
+def _strs(v: Any, path: str, lim: Limits, cap: int | None = None) -> tuple[str, ...]:
+    items = _list(v, path, cap if cap is not None else lim.max_items)
+    return tuple(_str(x, f"{path}[{k}]", lim) for k, x in enumerate(items))
+
+
+def _choice(v: Any, path: str, choices: tuple[str, ...]) -> str:
+    if v not in choices:
+        raise SchemaError(path, f"{v!r} is not one of {list(choices)}")
+    return str(v)
+
+
+def _no_extra(d: dict[str, Any], path: str, allowed: set[str]) -> None:
+    extra = sorted(set(d) - allowed)
+    if extra:
+        raise SchemaError(path, f"unexpected field(s) {extra}")
+
+
+def _req(d: dict[str, Any], key: str, path: str) -> Any:
+    if key not in d:
+        raise SchemaError(f"{path}.{key}", "missing required field")
+    return d[key]
+
+
+# --------------------------------------------------------------------------- responses
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One explicit claim with its own evidence set (seed App. D: ``γ_n`` and ``L_n``)."""
+
+    claim: str
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"claim": self.claim, "evidence": list(self.evidence)}
+
+    @classmethod
+    def from_dict(cls, d: Any, path: str = "claim", lim: Limits = DEFAULT_LIMITS) -> Claim:
+        d = _obj(d, path)
+        _no_extra(d, path, {"claim", "evidence"})
+        return cls(
+            claim=_str(_req(d, "claim", path), f"{path}.claim", lim),
+            evidence=_strs(d.get("evidence", []), f"{path}.evidence", lim, lim.max_evidence),
+        )
+
+
+@dataclass(frozen=True)
+class StructuredResponse:
+    """The agent's structured answer (seed App. D): final answer, claims with evidence, metadata.
+
+    ``domain_fit`` and ``self_confidence`` are self-reported and only logged (DESIGN §3.7).
+    """
+
+    final_answer: str
+    claims: tuple[Claim, ...] = ()
+    domain_fit: float = 0.0
+    self_confidence: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "final_answer": self.final_answer,
+            "claims": [c.to_dict() for c in self.claims],
+            "domain_fit": self.domain_fit,
+            "self_confidence": self.self_confidence,
+        }
+
+    def sentences(self) -> list[str]:
+        """All free-text pieces of the response, for the intent judge and privacy checks."""
+        out = [self.final_answer]
+        for c in self.claims:
+            out.append(c.claim)
+            out.extend(c.evidence)
+        return [s for s in out if s.strip()]
+
+    @classmethod
+    def from_dict(
+        cls, d: Any, path: str = "response", lim: Limits = DEFAULT_LIMITS
+    ) -> StructuredResponse:
+        d = _obj(d, path)
+        _no_extra(d, path, {"final_answer", "claims", "domain_fit", "self_confidence"})
+        fa = _req(d, "final_answer", path)
+        # Models often emit numbers as JSON numbers; the wire form is text.
+        if isinstance(fa, int | float) and not isinstance(fa, bool):
+            _float(fa, f"{path}.final_answer")
+            fa = str(fa)
+        claims = _list(d.get("claims", []), f"{path}.claims", lim.max_claims)
+        return cls(
+            final_answer=_str(fa, f"{path}.final_answer", lim),
+            claims=tuple(
+                Claim.from_dict(c, f"{path}.claims[{k}]", lim) for k, c in enumerate(claims)
+            ),
+            domain_fit=_unit(d.get("domain_fit", 0.0), f"{path}.domain_fit"),
+            self_confidence=_unit(d.get("self_confidence", 0.0), f"{path}.self_confidence"),
+        )
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True)
+class RuleCandidate:
+    """A generalized rule ``ω̄ = P_gen(ω)`` as uploaded: no literals, no client id (seed App. F)."""
+
+    text: str
+    category: str
+    scope: str = "response"
+    action: str = "redact"
+    entity_types: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "category": self.category,
+            "scope": self.scope,
+            "action": self.action,
+            "entity_types": list(self.entity_types),
+            "patterns": list(self.patterns),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, path: str = "candidate", lim: Limits = DEFAULT_LIMITS) -> RuleCandidate:
+        d = _obj(d, path)
+        _no_extra(d, path, {"text", "category", "scope", "action", "entity_types", "patterns"})
+        return cls(
+            text=_str(_req(d, "text", path), f"{path}.text", lim, allow_empty=False),
+            category=_str(_req(d, "category", path), f"{path}.category", lim, allow_empty=False),
+            scope=_choice(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
+            action=_choice(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
+            entity_types=_strs(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
+            patterns=_strs(d.get("patterns", []), f"{path}.patterns", lim, 32),
+        )
+
+
+@dataclass(frozen=True)
+class GlobalRule:
+    """A rule of ``Ω_global`` as redistributed to clients (DESIGN §4; never holds literals)."""
+
+    rule_id: str
+    text: str
+    category: str
+    scope: str = "response"
+    action: str = "redact"
+    entity_types: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    h_score: float = 0.0
+    n_evals: int = 0
+    active: bool = True
+    created_round: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule_id": self.rule_id,
+            "text": self.text,
+            "category": self.category,
+            "scope": self.scope,
+            "action": self.action,
+            "entity_types": list(self.entity_types),
+            "patterns": list(self.patterns),
+            "h_score": self.h_score,
+            "n_evals": self.n_evals,
+            "active": self.active,
+            "created_round": self.created_round,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, path: str = "rule", lim: Limits = DEFAULT_LIMITS) -> GlobalRule:
+        d = _obj(d, path)
+        _no_extra(d, path, set(cls.__dataclass_fields__))
+        active = d.get("active", True)
+        if not isinstance(active, bool):
+            raise SchemaError(f"{path}.active", f"expected a boolean, got {type(active).__name__}")
+        return cls(
+            rule_id=_str(_req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
+            text=_str(_req(d, "text", path), f"{path}.text", lim, allow_empty=False),
+            category=_str(_req(d, "category", path), f"{path}.category", lim, allow_empty=False),
+            scope=_choice(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
+            action=_choice(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
+            entity_types=_strs(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
+            patterns=_strs(d.get("patterns", []), f"{path}.patterns", lim, 32),
+            h_score=_float(d.get("h_score", 0.0), f"{path}.h_score", lo=-1.0, hi=1.0),
+            n_evals=_int(d.get("n_evals", 0), f"{path}.n_evals"),
+            active=active,
+            created_round=_int(d.get("created_round", 0), f"{path}.created_round"),
+        )
+
+
+@dataclass(frozen=True)
+class RuleFeedback:
+    """Compact per-round feedback on one redistributed global rule: Δ counts only (seed App. F)."""
+
+    rule_id: str
+    d_trigger: int
+    d_valid: int
+    d_conflict: int
+
+    def __post_init__(self) -> None:
+        if min(self.d_trigger, self.d_valid, self.d_conflict) < 0:
+            raise SchemaError("feedback", "counts must be >= 0")
+        if self.d_valid > self.d_trigger or self.d_conflict > self.d_trigger:
+            raise SchemaError("feedback", "valid/conflict counts cannot exceed the trigger count")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule_id": self.rule_id,
+            "d_trigger": self.d_trigger,
+            "d_valid": self.d_valid,
+            "d_conflict": self.d_conflict,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, path: str = "feedback", lim: Limits = DEFAULT_LIMITS) -> RuleFeedback:
+        d = _obj(d, path)
+        _no_extra(d, path, {"rule_id", "d_trigger", "d_valid", "d_conflict"})
+        try:
+            return cls(
+                rule_id=_str(_req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
+                d_trigger=_int(_req(d, "d_trigger", path), f"{path}.d_trigger", hi=10**9),
+                d_valid=_int(_req(d, "d_valid", path), f"{path}.d_valid", hi=10**9),
+                d_conflict=_int(_req(d, "d_conflict", path), f"{path}.d_conflict", hi=10**9),
+            )
+        except SchemaError as e:
+            if e.path == "feedback":
+                raise SchemaError(path, e.reason) from None
+            raise
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True)
+class RoutedQuery:
+    """One privacy-processed query ``q̃`` routed to a client for collaboration round ``round``."""
+
+    query_id: str
+    text: str
+    domain: str
+    round: int
+    refinement: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query_id": self.query_id,
+            "text": self.text,
+            "domain": self.domain,
+            "round": self.round,
+            "refinement": self.refinement,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, path: str = "query", lim: Limits = DEFAULT_LIMITS) -> RoutedQuery:
+        d = _obj(d, path)
+        _no_extra(d, path, {"query_id", "text", "domain", "round", "refinement"})
+        return cls(
+            query_id=_str(_req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
+            text=_str(_req(d, "text", path), f"{path}.text", lim, allow_empty=False),
+            domain=_str(_req(d, "domain", path), f"{path}.domain", lim),
+            round=_int(_req(d, "round", path), f"{path}.round", lo=1, hi=10**6),
+            refinement=_str(d.get("refinement", ""), f"{path}.refinement", lim),
+        )
+
+
+@dataclass(frozen=True)
+class RespondInstruction:
+    """Server → client: the queries routed to this node plus the global rule snapshot."""
+
+    server_round: int
+    queries: tuple[RoutedQuery, ...]
+    global_rules: tuple[GlobalRule, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "server_round": self.server_round,
+            "queries": [q.to_dict() for q in self.queries],
+            "global_rules": [r.to_dict() for r in self.global_rules],
+        }
+
+    @classmethod
+    def from_dict(
+        cls, d: Any, path: str = "instruction", lim: Limits = DEFAULT_LIMITS
+    ) -> RespondInstruction:
+        d = _obj(d, path)
+        _check_version(d, path)
+        _no_extra(d, path, {"schema_version", "server_round", "queries", "global_rules"})
+        qs = _list(_req(d, "queries", path), f"{path}.queries", lim.max_items)
+        rs = _list(d.get("global_rules", []), f"{path}.global_rules", lim.max_rules)
+        return cls(
+            server_round=_int(_req(d, "server_round", path), f"{path}.server_round", lo=1),
+            queries=tuple(
+                RoutedQuery.from_dict(q, f"{path}.queries[{k}]", lim) for k, q in enumerate(qs)
+            ),
+            global_rules=tuple(
+                GlobalRule.from_dict(r, f"{path}.global_rules[{k}]", lim) for k, r in enumerate(rs)
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessedResponse:
+    """A privacy-processed response ``r̃`` to one routed query, or the reason there is none.
+
+    ``response`` is ``None`` when the agent's output could not be parsed (``format_ok`` False)
+    or the client refused under a privacy rule (``refused`` True).
+    """
+
+    query_id: str
+    response: StructuredResponse | None
+    format_ok: bool = True
+    refused: bool = False
+    error: str = ""
+    tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query_id": self.query_id,
+            "response": None if self.response is None else self.response.to_dict(),
+            "format_ok": self.format_ok,
+            "refused": self.refused,
+            "error": self.error,
+            "tokens": self.tokens,
+        }
+
+    @classmethod
+    def from_dict(
+        cls, d: Any, path: str = "processed", lim: Limits = DEFAULT_LIMITS
+    ) -> ProcessedResponse:
+        d = _obj(d, path)
+        _no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens"})
+        raw = d.get("response")
+        for key in ("format_ok", "refused"):
+            if not isinstance(d.get(key, False), bool):
+                raise SchemaError(f"{path}.{key}", "expected a boolean")
+        return cls(
+            query_id=_str(_req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
+            response=None
+            if raw is None
+            else StructuredResponse.from_dict(raw, f"{path}.response", lim),
+            format_ok=bool(d.get("format_ok", True)),
+            refused=bool(d.get("refused", False)),
+            error=_str(d.get("error", ""), f"{path}.error", lim),
+            tokens=_int(d.get("tokens", 0), f"{path}.tokens", hi=10**9),
+        )
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """Client → server: processed responses, generalized rule candidates, Δ-count feedback."""
+
+    responses: tuple[ProcessedResponse, ...]
+    candidates: tuple[RuleCandidate, ...] = ()
+    feedback: tuple[RuleFeedback, ...] = ()
+    backend_calls: int = 0
+    tokens: int = 0
+    gen_seconds: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "responses": [r.to_dict() for r in self.responses],
+            "candidates": [c.to_dict() for c in self.candidates],
+            "feedback": [f.to_dict() for f in self.feedback],
+            "backend_calls": self.backend_calls,
+            "tokens": self.tokens,
+            "gen_seconds": self.gen_seconds,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, path: str = "reply", lim: Limits = DEFAULT_LIMITS) -> ClientReply:
+        d = _obj(d, path)
+        _check_version(d, path)
+        allowed = {"schema_version", "responses", "candidates", "feedback", "backend_calls"}
+        _no_extra(d, path, allowed | {"tokens", "gen_seconds", "extra"})
+        rs = _list(_req(d, "responses", path), f"{path}.responses", lim.max_items)
+        cs = _list(d.get("candidates", []), f"{path}.candidates", lim.max_items)
+        fs = _list(d.get("feedback", []), f"{path}.feedback", lim.max_rules)
+        extra = _obj(d.get("extra", {}), f"{path}.extra")
+        if len(extra) > lim.max_items:
+            raise SchemaError(f"{path}.extra", f"{len(extra)} entries exceed cap {lim.max_items}")
+        return cls(
+            responses=tuple(
+                ProcessedResponse.from_dict(r, f"{path}.responses[{k}]", lim)
+                for k, r in enumerate(rs)
+            ),
+            candidates=tuple(
+                RuleCandidate.from_dict(c, f"{path}.candidates[{k}]", lim) for k, c in enumerate(cs)
+            ),
+            feedback=tuple(
+                RuleFeedback.from_dict(f, f"{path}.feedback[{k}]", lim) for k, f in enumerate(fs)
+            ),
+            backend_calls=_int(d.get("backend_calls", 0), f"{path}.backend_calls", hi=10**9),
+            tokens=_int(d.get("tokens", 0), f"{path}.tokens", hi=10**12),
+            gen_seconds=_float(d.get("gen_seconds", 0.0), f"{path}.gen_seconds", lo=0.0),
+            extra={
+                _str(k, f"{path}.extra key", lim): _float(v, f"{path}.extra.{k}")
+                for k, v in extra.items()
+            },
+        )
+
+
+def _check_version(d: dict[str, Any], path: str) -> None:
+    v = d.get("schema_version")
+    if v != SCHEMA_VERSION:
+        raise SchemaError(f"{path}.schema_version", f"expected {SCHEMA_VERSION}, got {v!r}")
