@@ -1,0 +1,75 @@
+"""The Flower seam (records) and configuration loading."""
+
+import json
+
+import pytest
+from flwr.app import ConfigRecord, RecordDict
+
+from pfedma_flwr.config import ConfigError, load_config, parse_overrides
+from pfedma_flwr.protocol import (
+    PAYLOAD_KEY,
+    ClientDescription,
+    decode_description,
+    decode_instruction,
+    decode_reply,
+    encode_description,
+    encode_instruction,
+    encode_reply,
+)
+from pfedma_flwr.schema import ClientReply, RespondInstruction, RoutedQuery, SchemaError
+
+
+def test_record_round_trip():
+    ins = RespondInstruction(1, (RoutedQuery("q", "What is 2+2?", "math", 1),))
+    assert decode_instruction(encode_instruction(ins)) == ins
+    rep = ClientReply(responses=())
+    assert decode_reply(encode_reply(rep)) == rep
+    d = ClientDescription("math-expert", ("math",), "A careful mathematician.")
+    assert decode_description(encode_description(d)) == d
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (RecordDict({}), "no ConfigRecord"),
+        (RecordDict({PAYLOAD_KEY: ConfigRecord({"json": "{not json"})}), "invalid JSON"),
+        (RecordDict({PAYLOAD_KEY: ConfigRecord({"json": b"bytes"})}), "JSON string"),
+        (RecordDict({PAYLOAD_KEY: ConfigRecord({"json": '{"x": NaN}'})}), "non-finite"),
+        (RecordDict({PAYLOAD_KEY: ConfigRecord({"json": "[" * 100000 + "]" * 100000})}), "deep"),
+        (RecordDict({PAYLOAD_KEY: ConfigRecord({"json": json.dumps({"schema_version": 1})})}), "responses"),
+    ],
+)
+def test_bad_replies_raise_schema_error(content, reason):
+    with pytest.raises(SchemaError) as e:
+        decode_reply(content)
+    assert reason in str(e.value)
+
+
+def test_load_config_defaults_and_overrides():
+    cfg = load_config({"config-name": "tiny", "overrides": "strategy.t_max=3 rules.mode=LE"})
+    assert cfg.strategy.t_max == 3 and cfg.rules.mode == "LE"
+    assert cfg.agent.backend.name == "mock"
+    cfg = load_config({"output-dir": "/tmp/x", "data-dir": "/tmp/d"})
+    assert cfg.output.dir == "/tmp/x" and cfg.data.data_dir == "/tmp/d"
+
+
+@pytest.mark.parametrize(
+    "rc, match",
+    [
+        ({"overrides": "strategy.tmax=3"}, "tmax"),  # typo in a nested key
+        ({"overrides": "strategy.t_max=0"}, "t_max"),  # out of range
+        ({"overrides": "rules.mode=XX"}, "rules.mode"),
+        ({"overrides": "anomaly.tolerance=abc"}, "tolerance"),  # wrong type
+        ({"config-name": "nope"}, "not found"),
+        ({"num-rounds": 3}, "unknown run-config"),
+        ({"overrides": "novalue"}, "key=value"),
+    ],
+)
+def test_config_errors_name_the_key(rc, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(rc)
+
+
+def test_parse_overrides_quotes():
+    d = parse_overrides("agent.backend.base_url='http://x:1/v1' data.benchmarks=[gsm8k]")
+    assert d.agent.backend.base_url == "http://x:1/v1"

@@ -1,0 +1,85 @@
+"""Wire dataclasses: round trips and rejection of malformed/hostile payloads with a reason."""
+
+import math
+
+import pytest
+
+from pfedma_flwr.schema import (
+    Claim,
+    ClientReply,
+    GlobalRule,
+    Limits,
+    ProcessedResponse,
+    RespondInstruction,
+    RoutedQuery,
+    RuleCandidate,
+    RuleFeedback,
+    SchemaError,
+    StructuredResponse,
+)
+
+RESP = StructuredResponse("18", (Claim("16-3-4=9 eggs", ("16 eggs laid",)),), 0.8, 0.6)
+
+
+def test_round_trips():
+    reply = ClientReply(
+        responses=(ProcessedResponse("q1", RESP, tokens=12), ProcessedResponse("q2", None, False, error="bad json")),
+        candidates=(RuleCandidate("Redact EMAIL_ADDRESS in responses.", "contact", entity_types=("EMAIL_ADDRESS",)),),
+        feedback=(RuleFeedback("g1", 3, 2, 1),),
+        backend_calls=1, tokens=40, gen_seconds=1.5, extra={"x": 1.0},
+    )
+    assert ClientReply.from_dict(reply.to_dict()) == reply
+    ins = RespondInstruction(2, (RoutedQuery("q1", "text", "math", 2, "verify 18"),), (GlobalRule("g1", "t", "c"),))
+    assert RespondInstruction.from_dict(ins.to_dict()) == ins
+
+
+def test_numeric_final_answer_becomes_text():
+    r = StructuredResponse.from_dict({"final_answer": 18, "claims": []})
+    assert r.final_answer == "18"
+
+
+@pytest.mark.parametrize(
+    "payload, path_fragment",
+    [
+        ({"claims": []}, "final_answer"),  # missing required field
+        ({"final_answer": ["x"]}, "final_answer"),  # wrong type
+        ({"final_answer": "1", "domain_fit": 1.5}, "domain_fit"),  # outside [0,1]
+        ({"final_answer": "1", "self_confidence": math.nan}, "self_confidence"),  # NaN
+        ({"final_answer": "1", "self_confidence": math.inf}, "self_confidence"),  # inf
+        ({"final_answer": "1", "domain_fit": True}, "domain_fit"),  # bool is not a number
+        ({"final_answer": "1", "hack": 1}, "response"),  # extra field
+        ({"final_answer": "x" * 9000}, "final_answer"),  # oversized string
+        ({"final_answer": "1", "claims": [{"claim": "c"}] * 17}, "claims"),  # too many claims
+        ({"final_answer": "1", "claims": [{"claim": "c", "evidence": ["e"] * 9}]}, "evidence"),
+        ({"final_answer": "1", "claims": ["just text"]}, "claims[0]"),  # claim not an object
+    ],
+)
+def test_response_rejections_name_the_field(payload, path_fragment):
+    with pytest.raises(SchemaError) as e:
+        StructuredResponse.from_dict(payload)
+    assert path_fragment in e.value.path
+
+
+def test_feedback_rejections():
+    with pytest.raises(SchemaError, match="d_trigger"):
+        RuleFeedback.from_dict({"rule_id": "g", "d_trigger": -1, "d_valid": 0, "d_conflict": 0})
+    with pytest.raises(SchemaError, match="exceed"):
+        RuleFeedback.from_dict({"rule_id": "g", "d_trigger": 1, "d_valid": 2, "d_conflict": 0})
+    with pytest.raises(SchemaError, match="unexpected"):
+        RuleFeedback.from_dict({"rule_id": "g", "d_trigger": 1, "d_valid": 1, "d_conflict": 0, "text": "leak"})
+
+
+def test_reply_version_and_caps():
+    good = ClientReply(responses=()).to_dict()
+    with pytest.raises(SchemaError, match="schema_version"):
+        ClientReply.from_dict({**good, "schema_version": 99})
+    lim = Limits(max_items=2)
+    with pytest.raises(SchemaError, match="cap 2"):
+        ClientReply.from_dict({**good, "responses": [ProcessedResponse("q", RESP).to_dict()] * 3}, lim=lim)
+    with pytest.raises(SchemaError, match="action"):
+        RuleCandidate.from_dict({"text": "t", "category": "c", "action": "delete_everything"})
+
+
+def test_limits_validation():
+    with pytest.raises(ValueError, match="max_claims"):
+        Limits(max_claims=0)
