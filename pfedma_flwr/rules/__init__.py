@@ -1,0 +1,65 @@
+"""Privacy rules: the client's local repository and the server's global repository (DESIGN §3–4)."""
+
+from pfedma_flwr.rules.enforcement import (
+    EnforcementResult,
+    RuleOutcome,
+    Uncovered,
+    apply_query_rules,
+    enforce_response,
+    find_uncovered,
+)
+from pfedma_flwr.rules.generalize import canonical_text, generalize, rule_from_uncovered
+from pfedma_flwr.rules.global_repo import GlobalRuleRepository, resolve
+from pfedma_flwr.rules.local_repo import (
+    AdaptReport,
+    LocalRuleRepository,
+    RuleMode,
+    local_utility,
+    relevance,
+)
+from pfedma_flwr.rules.model import PrivacyRule, find_spans
+from pfedma_flwr.rules.pii import (
+    PiiRecognizer,
+    PresidioPiiRecognizer,
+    RegexPiiRecognizer,
+    get_recognizer,
+)
+from pfedma_flwr.rules.promotion import (
+    CandidatePool,
+    build_candidate_pool,
+    feedback_score,
+    promote,
+    support_proportions,
+    update_h_score,
+)
+
+__all__ = [
+    "AdaptReport",
+    "CandidatePool",
+    "EnforcementResult",
+    "GlobalRuleRepository",
+    "LocalRuleRepository",
+    "PiiRecognizer",
+    "PresidioPiiRecognizer",
+    "PrivacyRule",
+    "RegexPiiRecognizer",
+    "RuleMode",
+    "RuleOutcome",
+    "Uncovered",
+    "apply_query_rules",
+    "build_candidate_pool",
+    "canonical_text",
+    "enforce_response",
+    "feedback_score",
+    "find_spans",
+    "find_uncovered",
+    "generalize",
+    "get_recognizer",
+    "local_utility",
+    "promote",
+    "relevance",
+    "resolve",
+    "rule_from_uncovered",
+    "support_proportions",
+    "update_h_score",
+]

@@ -1,0 +1,380 @@
+"""Rule enforcement: ``P_resp``, ``P_in`` and uncovered-constraint detection (DESIGN §4, App. F).
+
+``P_resp`` acts on a client's response, ``P_in`` on the server's query.
+
+Every response field (final answer, claims, evidence) is scanned; the PII recognizer runs once per
+field for the union of the rules' entity types. Overlapping spans of different rules merge into one
+placeholder, the stronger action winning (redact over generalize).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pfedma_flwr.rules.model import (
+    PatternTimeoutError,
+    PrivacyRule,
+    Span,
+    find_spans,
+    from_global,
+    literal_regex,
+)
+from pfedma_flwr.rules.pii import DEFAULT_ENTITIES, PiiRecognizer, PiiSpan
+from pfedma_flwr.schema import Claim, GlobalRule, StructuredResponse
+
+logger = logging.getLogger(__name__)
+
+_PLACEHOLDER = re.compile(r"\[(?:REDACTED:)?[A-Z0-9_]+\]")
+_WORDISH = re.compile(r"\w")
+#: Entity types whose detection alone makes an uncovered constraint. DATE_TIME, LOCATION and URL
+#: are left out: in task text they mostly mark durations, textbook places and references.
+UNCOVERED_ENTITIES: tuple[str, ...] = (
+    "PERSON",
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "US_SSN",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "IP_ADDRESS",
+    "US_PASSPORT",
+    "US_DRIVER_LICENSE",
+    "MEDICAL_LICENSE",
+)
+
+
+def placeholder(action: str, kind: str) -> str:
+    """Replacement text: ``[REDACTED:<TYPE>]`` for redact, ``[<TYPE>]`` for generalize."""
+    return f"[REDACTED:{kind}]" if action == "redact" else f"[{kind}]"
+
+
+def default_answer_extractable(response: StructuredResponse) -> bool:
+    """An answer is extractable if the final answer keeps a word character besides placeholders."""
+    return bool(_WORDISH.search(_PLACEHOLDER.sub("", response.final_answer)))
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """What one triggered rule did to one response (counted once per response)."""
+
+    rule_id: str
+    triggered: bool
+    valid: bool
+    conflict: bool
+    n_spans: int
+
+
+@dataclass(frozen=True)
+class EnforcementResult:
+    """``r̃ = P_resp(r, Ω_local)`` plus per-rule outcomes; stays on the client.
+
+    ``response`` is ``None`` iff a triggered ``refuse`` rule withheld it (``refused`` True).
+    ``outcomes`` lists triggered rules only; ``errors`` names rules whose pattern timed out.
+    """
+
+    response: StructuredResponse | None
+    refused: bool
+    outcomes: tuple[RuleOutcome, ...]
+    errors: tuple[str, ...] = ()
+
+    @property
+    def triggered_ids(self) -> tuple[str, ...]:
+        """Ids of the rules whose detectors fired."""
+        return tuple(o.rule_id for o in self.outcomes if o.triggered)
+
+
+@dataclass(frozen=True)
+class Uncovered:
+    """A sensitive item present in a response and matched by no active rule (client-only).
+
+    ``kind`` is ``"item"`` for a sensitive item of ``D_i`` (``value`` is the literal) or
+    ``"pii"`` for a recognizer span; ``entity_types`` are the recognizer types seen on it.
+    """
+
+    kind: str
+    value: str
+    entity_types: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _fields(response: StructuredResponse) -> list[str]:
+    out = [response.final_answer]
+    for c in response.claims:
+        out.append(c.claim)
+        out.extend(c.evidence)
+    return out
+
+
+def _rebuild(response: StructuredResponse, fields: Sequence[str]) -> StructuredResponse:
+    it = iter(fields)
+    final = next(it)
+    claims = tuple(
+        Claim(claim=next(it), evidence=tuple(next(it) for _ in c.evidence))
+        for c in response.claims
+    )
+    return dataclasses.replace(response, final_answer=final, claims=claims)
+
+
+def _redact(text: str, spans: Sequence[tuple[Span, str]]) -> str:
+    """Replace the union of overlapping spans by one placeholder each; redact beats generalize."""
+    if not spans:
+        return text
+    ordered = sorted(spans, key=lambda sa: (sa[0].start, -sa[0].end))
+    # (start, end, kind, action, length of the span naming the placeholder)
+    groups: list[tuple[int, int, str, str, int]] = []
+    for span, action in ordered:
+        length = span.end - span.start
+        if groups and span.start < groups[-1][1]:
+            start, end, kind, act, best = groups[-1]
+            if length > best:  # the longest span names the merged placeholder
+                kind, best = span.kind, length
+            act = "redact" if "redact" in (act, action) else act
+            groups[-1] = (start, max(end, span.end), kind, act, best)
+        else:
+            groups.append((span.start, span.end, span.kind, action, length))
+    pieces: list[str] = []
+    pos = 0
+    for start, end, kind, act, _ in groups:
+        pieces.append(text[pos:start])
+        pieces.append(placeholder(act, kind))
+        pos = end
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
+def _pii_per_field(
+    fields: Sequence[str], rules: Sequence[PrivacyRule], recognizer: PiiRecognizer | None
+) -> list[list[PiiSpan]]:
+    types = list(dict.fromkeys(t for r in rules for t in r.entity_types))
+    if not types:
+        return [[] for _ in fields]
+    if recognizer is None:
+        raise ValueError("rules with entity types need a PII recognizer")
+    return [recognizer.analyze(f, types) if f else [] for f in fields]
+
+
+def _rule_spans(
+    rules: Sequence[PrivacyRule],
+    fields: Sequence[str],
+    pii: Sequence[Sequence[PiiSpan]],
+    recognizer: PiiRecognizer | None,
+    errors: list[str],
+) -> dict[str, list[list[Span]]]:
+    out: dict[str, list[list[Span]]] = {}
+    for rule in rules:
+        try:
+            out[rule.rule_id] = [
+                find_spans(rule, f, recognizer, pii_spans=p)
+                for f, p in zip(fields, pii, strict=True)
+            ]
+        except PatternTimeoutError as e:
+            # Reported, not swallowed: the rule is skipped for this response only.
+            logger.warning("%s", e)
+            errors.append(rule.rule_id)
+    return out
+
+
+# --------------------------------------------------------------------------- P_resp
+
+
+def enforce_response(
+    response: StructuredResponse,
+    rules: Sequence[PrivacyRule],
+    recognizer: PiiRecognizer | None,
+    *,
+    answer_extractable: Callable[[StructuredResponse], bool] | None = None,
+    requirement_ok: Callable[[PrivacyRule, StructuredResponse | None], bool] | None = None,
+) -> EnforcementResult:
+    """``r̃ = P_resp(r, Ω_local)``: apply the response-scope rules to every text field (DESIGN §4).
+
+    A rule is *triggered* when a detector fires on any field. Its outcome is judged on the
+    response with that rule applied alone, so one rule's refusal does not count against another:
+    *valid* = every matched string is gone and the answer is still extractable; *conflict* = the
+    final answer changed (a refusal withholds it) or ``requirement_ok`` says the result
+    contradicts the client's own requirement. The uploaded response applies all triggered rules
+    together; any triggered ``refuse`` rule withholds it.
+
+    Parameters
+    ----------
+    response : StructuredResponse
+        The raw response ``r``.
+    rules : sequence of PrivacyRule
+        The active local rules; rules of scope ``"query"`` are ignored.
+    recognizer : PiiRecognizer or None
+        Entity recognizer (needed iff some rule has entity types).
+    answer_extractable : callable, optional
+        Whether a processed response still yields an answer; default: the final answer keeps a
+        word character outside placeholders.
+    requirement_ok : callable, optional
+        ``(rule, processed_or_None) -> bool``; ``False`` marks a conflict with a client
+        requirement. Default: no extra requirement.
+
+    Returns
+    -------
+    EnforcementResult
+    """
+    extractable = answer_extractable or default_answer_extractable
+    active = [r for r in rules if r.scope == "response"]
+    fields = _fields(response)
+    errors: list[str] = []
+    pii = _pii_per_field(fields, active, recognizer)
+    spans = _rule_spans(active, fields, pii, recognizer, errors)
+    triggered = [r for r in active if r.rule_id in spans and any(spans[r.rule_id])]
+
+    outcomes: list[RuleOutcome] = []
+    for rule in triggered:
+        per_field = spans[rule.rule_id]
+        single: StructuredResponse | None = None
+        if rule.action != "refuse":
+            single = _rebuild(
+                response,
+                [
+                    _redact(f, [(s, rule.action) for s in ss])
+                    for f, ss in zip(fields, per_field, strict=True)
+                ],
+            )
+        matched = {f[s.start : s.end].casefold() for f, ss in zip(fields, per_field, strict=True)
+                   for s in ss}
+        remaining = [] if single is None else [t.casefold() for t in _fields(single)]
+        gone = not any(m in t for m in matched for t in remaining)
+        valid = gone and single is not None and extractable(single)
+        changed = single is None or single.final_answer != response.final_answer
+        ok = requirement_ok(rule, single) if requirement_ok is not None else True
+        outcomes.append(
+            RuleOutcome(
+                rule_id=rule.rule_id,
+                triggered=True,
+                valid=valid,
+                conflict=changed or not ok,
+                n_spans=sum(len(ss) for ss in per_field),
+            )
+        )
+
+    if any(r.action == "refuse" for r in triggered):
+        return EnforcementResult(None, True, tuple(outcomes), tuple(errors))
+    processed = [
+        _redact(f, [(s, r.action) for r in triggered for s in spans[r.rule_id][k]])
+        for k, f in enumerate(fields)
+    ]
+    return EnforcementResult(_rebuild(response, processed), False, tuple(outcomes), tuple(errors))
+
+
+# --------------------------------------------------------------------------- P_in
+
+
+def apply_query_rules(
+    text: str,
+    rules: Sequence[PrivacyRule | GlobalRule],
+    recognizer: PiiRecognizer | None,
+) -> tuple[str, list[str]]:
+    """``q̃ = P_in(q, Ω_global)``: redact/generalize query text with the active global rules.
+
+    Implements seed §3.2 / App. F. Both scopes apply: the seed processes *queries* with the
+    global repository, and its rules are learned from responses, so a response-scope global
+    rule (e.g. "redact personal names") is exactly what should minimise the query sent to
+    clients. ``refuse`` rules are *not* applied to queries: the query is the user's task, the
+    server already holds it (App. F: P_in reduces disclosure "without concealing the query from
+    the server"), and dropping it would refuse the task outright; their detectors still count
+    nothing here. Inactive :class:`GlobalRule` objects are skipped.
+
+    Returns
+    -------
+    tuple of (str, list of str)
+        The processed text and the ids of the rules that fired (global ids for global rules).
+    """
+    local: list[PrivacyRule] = []
+    for r in rules:
+        if isinstance(r, GlobalRule):
+            if not r.active:
+                continue
+            r = from_global(r)
+        if r.action != "refuse":
+            local.append(r)
+    errors: list[str] = []
+    pii = _pii_per_field([text], local, recognizer)
+    spans = _rule_spans(local, [text], pii, recognizer, errors)
+    fired = [r for r in local if r.rule_id in spans and spans[r.rule_id][0]]
+    out = _redact(text, [(s, r.action) for r in fired for s in spans[r.rule_id][0]])
+    return out, [r.global_id or r.rule_id for r in fired]
+
+
+# --------------------------------------------------------------------------- uncovered
+
+
+def find_uncovered(
+    response: StructuredResponse,
+    sensitive_items: Sequence[str],
+    active_rules: Sequence[PrivacyRule],
+    recognizer: PiiRecognizer | None,
+    *,
+    pii_entity_types: Sequence[str] = UNCOVERED_ENTITIES,
+) -> list[Uncovered]:
+    """Privacy constraints present in ``r`` that no active rule covers (DESIGN §4).
+
+    An occurrence is covered when it lies inside a span of an active response-scope rule. A
+    sensitive item of ``D_i`` is uncovered if any occurrence (case-insensitive, word-bounded) is
+    not covered; a recognizer span of ``pii_entity_types`` likewise. PII spans inside an
+    uncovered item fold into it (their types are attached), and results are de-duplicated.
+    """
+    rules = [r for r in active_rules if r.scope == "response"]
+    fields = _fields(response)
+    types = list(dict.fromkeys([*pii_entity_types, *(t for r in rules for t in r.entity_types)]))
+    if recognizer is not None and types:
+        pii = [recognizer.analyze(f, types) if f else [] for f in fields]
+    else:
+        pii = [[] for _ in fields]
+    errors: list[str] = []
+    spans = _rule_spans(rules, fields, pii, recognizer, errors)
+    covered = [[s for ss in spans.values() for s in ss[k]] for k in range(len(fields))]
+
+    def is_covered(k: int, start: int, end: int) -> bool:
+        return any(c.start <= start and end <= c.end for c in covered[k])
+
+    out: dict[tuple[str, str], Uncovered] = {}
+    claimed: list[list[tuple[int, int]]] = [[] for _ in fields]
+    for item in dict.fromkeys(i for i in sensitive_items if i.strip()):
+        for k, f in enumerate(fields):
+            for m in literal_regex(item).finditer(f):
+                claimed[k].append((m.start(), m.end()))
+                if is_covered(k, m.start(), m.end()):
+                    continue
+                inside = tuple(
+                    sorted(
+                        {p.entity_type for p in pii[k] if p.start < m.end() and m.start() < p.end}
+                        & set(pii_entity_types)
+                    )
+                )
+                key = ("item", item.casefold())
+                prev = out.get(key)
+                merged = tuple(sorted(set(inside) | set(prev.entity_types if prev else ())))
+                out[key] = Uncovered("item", item, merged)
+    wanted = set(pii_entity_types)
+    for k, f in enumerate(fields):
+        for p in pii[k]:
+            if p.entity_type not in wanted or is_covered(k, p.start, p.end):
+                continue
+            if any(a < p.end and p.start < b for a, b in claimed[k]):
+                continue
+            value = f[p.start : p.end]
+            out.setdefault(("pii:" + p.entity_type, value.casefold()),
+                           Uncovered("pii", value, (p.entity_type,)))
+    return list(out.values())
+
+
+__all__ = [
+    "DEFAULT_ENTITIES",
+    "EnforcementResult",
+    "RuleOutcome",
+    "Uncovered",
+    "UNCOVERED_ENTITIES",
+    "apply_query_rules",
+    "default_answer_extractable",
+    "enforce_response",
+    "find_uncovered",
+    "placeholder",
+]

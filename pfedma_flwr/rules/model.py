@@ -1,0 +1,327 @@
+"""The privacy rule ``ω`` (DESIGN §4) and its detectors: entity recognizer, regexes, literals.
+
+A rule's detectors find spans in a text; the action (redact, generalize, refuse) is applied by
+:mod:`pfedma_flwr.rules.enforcement`. Patterns are compiled with the ``regex`` module so that
+every match runs under a timeout, and patterns with nested quantifiers are rejected up front:
+a rule must not be able to stall a client on a crafted response (catastrophic backtracking).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import regex
+
+from pfedma_flwr.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
+
+if TYPE_CHECKING:
+    from pfedma_flwr.rules.pii import PiiRecognizer, PiiSpan
+
+logger = logging.getLogger(__name__)
+
+RULE_ORIGINS: tuple[str, ...] = ("local", "global")
+MAX_PATTERN_CHARS = 500
+#: Per-match budget; texts are capped by ``Limits.max_text_chars`` so honest patterns finish in µs.
+MATCH_TIMEOUT_S = 0.05
+
+# A quantified group that itself contains a quantifier, e.g. ``(a+)+`` or ``(\w*\s?)*``: the
+# classic exponential-backtracking shape. Conservative (it also rejects some safe patterns).
+_NESTED_QUANTIFIER = re.compile(
+    r"\((?:[^()\\]|\\.)*(?:[+*]|\{\d*,\d*\})(?:[^()\\]|\\.)*\)(?:[+*]|\{\d*,\d*\})"
+)
+_TAG_CHARS = re.compile(r"[^A-Z0-9]+")
+_SPACES = re.compile(r"[\s_]+")
+
+DEFAULT_CATEGORY = "sensitive record"
+
+#: Category of a rule created for an entity type (first matching type wins, in rule order).
+ENTITY_CATEGORY: dict[str, str] = {
+    "PERSON": "personal name",
+    "EMAIL_ADDRESS": "contact information",
+    "PHONE_NUMBER": "contact information",
+    "US_SSN": "government identifier",
+    "US_PASSPORT": "government identifier",
+    "US_DRIVER_LICENSE": "government identifier",
+    "US_ITIN": "government identifier",
+    "UK_NHS": "government identifier",
+    "ID": "government identifier",
+    "MEDICAL_LICENSE": "professional identifier",
+    "CREDIT_CARD": "financial account",
+    "IBAN_CODE": "financial account",
+    "US_BANK_NUMBER": "financial account",
+    "CRYPTO": "financial account",
+    "IP_ADDRESS": "online identifier",
+    "URL": "online identifier",
+    "MAC_ADDRESS": "online identifier",
+    "LOCATION": "location",
+    "DATE_TIME": "date",
+}
+
+# Escapes (\d, \.), character classes, counted repeats and group headers carry no literal text.
+#: Categories that may appear outside the client (placeholders, candidates): a fixed vocabulary,
+#: because a client's own category is free text and may name the secret.
+SHARED_CATEGORIES: frozenset[str] = frozenset(ENTITY_CATEGORY.values()) | {DEFAULT_CATEGORY}
+
+
+class Span(NamedTuple):
+    """A detected span ``text[start:end]``; ``kind`` names it in placeholders (never the text)."""
+
+    start: int
+    end: int
+    kind: str
+
+
+class PatternTimeoutError(ValueError):
+    """A rule's regex ran past :data:`MATCH_TIMEOUT_S` on a text."""
+
+
+def normalize_category(category: str) -> str:
+    """Canonical category: lower case, ``_`` → space, single spaces."""
+    return _SPACES.sub(" ", category.strip().lower()).strip() or DEFAULT_CATEGORY
+
+
+def category_tag(category: str) -> str:
+    """Upper-snake tag of a category for placeholders: ``"personal name"`` -> ``PERSONAL_NAME``."""
+    tag = _TAG_CHARS.sub("_", category.upper()).strip("_")
+    return tag or "SENSITIVE"
+
+
+def placeholder_kind(rule: PrivacyRule) -> str:
+    """Placeholder tag of a rule's pattern/literal spans: its category if shared vocabulary.
+
+    Otherwise ``SENSITIVE_RECORD``: the tag is uploaded inside the processed response, and a
+    client-written category ("Wexhollow Ward names") can itself be the secret.
+    """
+    cat = normalize_category(rule.category)
+    return category_tag(cat if cat in SHARED_CATEGORIES else DEFAULT_CATEGORY)
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_pattern(pattern: str) -> regex.Pattern[str]:
+    """Compile a rule pattern, rejecting invalid or backtracking-prone ones with ``ValueError``."""
+    if not pattern:
+        raise ValueError("rule pattern must not be empty")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"rule pattern of {len(pattern)} chars exceeds {MAX_PATTERN_CHARS}")
+    if _NESTED_QUANTIFIER.search(pattern):
+        raise ValueError(
+            f"rule pattern {pattern!r} nests quantifiers (catastrophic backtracking risk); "
+            "rewrite it without a quantified group that contains a quantifier"
+        )
+    try:
+        return regex.compile(pattern, regex.VERSION0)
+    except regex.error as e:
+        raise ValueError(f"invalid rule pattern {pattern!r}: {e}") from e
+
+
+@functools.lru_cache(maxsize=4096)
+def literal_regex(literal: str) -> regex.Pattern[str]:
+    """Case-insensitive matcher of a literal, word-bounded where it starts/ends with a word char."""
+    # Word boundaries only where the literal starts/ends with a word character, so "Ann" does not
+    # fire inside "Announcement" but "+1-555" still matches after a space.
+    body = regex.escape(literal)
+    pre = r"(?<!\w)" if literal[:1].isalnum() or literal[:1] == "_" else ""
+    post = r"(?!\w)" if literal[-1:].isalnum() or literal[-1:] == "_" else ""
+    return regex.compile(pre + body + post, regex.IGNORECASE | regex.VERSION0)
+
+
+@dataclass(frozen=True)
+class PrivacyRule:
+    """One privacy rule ``ω = {id, text, category, scope, action, entities, patterns, literals}``.
+
+    Implements DESIGN §4. ``literals`` are client secrets (e.g. a patient's actual name); they
+    exist only in local rules and are dropped by ``P_gen``
+    (:func:`pfedma_flwr.rules.generalize.generalize`).
+
+    Parameters
+    ----------
+    rule_id : str
+        Unique id within its repository.
+    text : str
+        Natural-language statement of the rule (embedded for similarity).
+    category : str
+        Privacy category, e.g. ``"contact information"``.
+    scope : {"query", "response"}
+        Where the rule acts.
+    action : {"redact", "generalize", "refuse"}
+        What happens to a matched span.
+    entity_types : tuple of str
+        PII recognizer entity types (Presidio names, e.g. ``"EMAIL_ADDRESS"``).
+    patterns : tuple of str
+        Regexes; invalid or nested-quantifier patterns raise ``ValueError``.
+    literals : tuple of str
+        Case-insensitive literal strings; client-only.
+    origin : {"local", "global"}
+        Created on this client, or adopted from the global repository.
+    global_id : str or None
+        The global rule id for ``origin="global"``; ``None`` for local rules.
+    """
+
+    rule_id: str
+    text: str
+    category: str
+    scope: str = "response"
+    action: str = "redact"
+    entity_types: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    literals: tuple[str, ...] = ()
+    origin: str = "local"
+    global_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.rule_id.strip():
+            raise ValueError("PrivacyRule.rule_id must not be empty")
+        if not self.text.strip() or not self.category.strip():
+            raise ValueError(f"rule {self.rule_id!r}: text and category must not be empty")
+        if self.scope not in RULE_SCOPES:
+            raise ValueError(f"rule {self.rule_id!r}: scope {self.scope!r} not in {RULE_SCOPES}")
+        if self.action not in RULE_ACTIONS:
+            raise ValueError(f"rule {self.rule_id!r}: action {self.action!r} not in {RULE_ACTIONS}")
+        if self.origin not in RULE_ORIGINS:
+            raise ValueError(f"rule {self.rule_id!r}: origin {self.origin!r} not in {RULE_ORIGINS}")
+        if (self.origin == "global") != (self.global_id is not None):
+            raise ValueError(f"rule {self.rule_id!r}: global_id is required iff origin='global'")
+        for name in ("entity_types", "patterns", "literals"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+                raise ValueError(f"rule {self.rule_id!r}: {name} must be a tuple of non-empty str")
+        if self.origin == "global" and self.literals:
+            raise ValueError(f"rule {self.rule_id!r}: a global rule cannot hold literals")
+        for p in self.patterns:
+            try:
+                compile_pattern(p)
+            except ValueError as e:
+                raise ValueError(f"rule {self.rule_id!r} rejected: {e}") from None
+
+    @property
+    def has_detector(self) -> bool:
+        """Whether any detector is configured (a rule without one can never trigger)."""
+        return bool(self.entity_types or self.patterns or self.literals)
+
+    def spec_key(self) -> tuple[Any, ...]:
+        """Identity of the detector spec and action (order-insensitive), for de-duplication."""
+        return (
+            self.scope,
+            self.action,
+            tuple(sorted(set(self.entity_types))),
+            tuple(sorted(set(self.patterns))),
+            tuple(sorted({lit.casefold() for lit in self.literals})),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (holds literals: client-local persistence only, never the wire)."""
+        return {
+            "rule_id": self.rule_id,
+            "text": self.text,
+            "category": self.category,
+            "scope": self.scope,
+            "action": self.action,
+            "entity_types": list(self.entity_types),
+            "patterns": list(self.patterns),
+            "literals": list(self.literals),
+            "origin": self.origin,
+            "global_id": self.global_id,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> PrivacyRule:
+        """Inverse of :meth:`to_dict`; raises ``ValueError`` naming the bad field."""
+        if not isinstance(d, dict):
+            raise ValueError(f"PrivacyRule payload must be an object, got {type(d).__name__}")
+        try:
+            return cls(
+                rule_id=str(d["rule_id"]),
+                text=str(d["text"]),
+                category=str(d["category"]),
+                scope=str(d.get("scope", "response")),
+                action=str(d.get("action", "redact")),
+                entity_types=tuple(d.get("entity_types", ())),
+                patterns=tuple(d.get("patterns", ())),
+                literals=tuple(d.get("literals", ())),
+                origin=str(d.get("origin", "local")),
+                global_id=d.get("global_id"),
+            )
+        except KeyError as e:
+            raise ValueError(f"PrivacyRule payload misses field {e.args[0]!r}") from None
+
+
+def from_global(g: GlobalRule) -> PrivacyRule:
+    """The local form of a redistributed global rule (origin ``"global"``, keyed ``g:<id>``)."""
+    return PrivacyRule(
+        rule_id=f"g:{g.rule_id}",
+        text=g.text,
+        category=g.category,
+        scope=g.scope,
+        action=g.action,
+        entity_types=g.entity_types,
+        patterns=g.patterns,
+        origin="global",
+        global_id=g.rule_id,
+    )
+
+
+def find_spans(
+    rule: PrivacyRule,
+    text: str,
+    recognizer: PiiRecognizer | None,
+    *,
+    pii_spans: Sequence[PiiSpan] | None = None,
+) -> list[Span]:
+    """Spans of ``text`` matched by ``rule``'s detectors, sorted and de-duplicated (DESIGN §4).
+
+    Parameters
+    ----------
+    rule : PrivacyRule
+        The rule whose detectors run.
+    text : str
+        Text to scan.
+    recognizer : PiiRecognizer or None
+        Entity recognizer for ``rule.entity_types``; may be ``None`` when ``pii_spans`` is given
+        or the rule has no entity types.
+    pii_spans : sequence of PiiSpan, optional
+        Precomputed recognizer output for ``text`` (lets a caller run the recognizer once for
+        many rules); filtered to the rule's entity types.
+
+    Returns
+    -------
+    list of Span
+        ``kind`` is the entity type for recognizer spans and the rule's category tag for pattern
+        and literal spans.
+
+    Raises
+    ------
+    PatternTimeoutError
+        A pattern ran past :data:`MATCH_TIMEOUT_S`.
+    """
+    if not text:
+        return []
+    found: set[Span] = set()
+    if rule.entity_types:
+        wanted = set(rule.entity_types)
+        if pii_spans is None:
+            if recognizer is None:
+                raise ValueError(f"rule {rule.rule_id!r} has entity types but no recognizer")
+            pii_spans = recognizer.analyze(text, rule.entity_types)
+        found.update(
+            Span(s.start, s.end, s.entity_type) for s in pii_spans if s.entity_type in wanted
+        )
+    tag = placeholder_kind(rule)
+    for p in rule.patterns:
+        try:
+            found.update(
+                Span(m.start(), m.end(), tag)
+                for m in compile_pattern(p).finditer(text, timeout=MATCH_TIMEOUT_S)
+                if m.end() > m.start()
+            )
+        except TimeoutError:
+            raise PatternTimeoutError(
+                f"rule {rule.rule_id!r}: pattern timed out after {MATCH_TIMEOUT_S}s"
+            ) from None
+    for lit in rule.literals:
+        found.update(Span(m.start(), m.end(), tag) for m in literal_regex(lit).finditer(text))
+    return sorted(found)

@@ -1,0 +1,184 @@
+"""Server-side rule formulas: candidate pool, support, promotion, feedback score, H-score.
+
+Pure functions over arrays and dataclasses (DESIGN §3.1–3.4, seed App. F). The lead re-exports
+``support_proportions``, ``promote``, ``feedback_score`` and ``update_h_score`` from
+``pfedma_flwr.equations``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.schema import RuleCandidate
+
+#: Absorbs float32 rounding, so a pair whose cosine is exactly the threshold counts as similar.
+SIM_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class SimilarityStats:
+    """Off-diagonal cosine distribution of a pool (round log, DESIGN §3.1); ``None`` if n < 2."""
+
+    n: int
+    min: float | None = None
+    mean: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, sims: np.ndarray) -> SimilarityStats:
+        """Stats of the off-diagonal entries of a square similarity matrix."""
+        n = int(sims.shape[0])
+        if n < 2:
+            return cls(n=n)
+        off = sims[~np.eye(n, dtype=bool)]
+        return cls(n=n, min=float(off.min()), mean=float(off.mean()), max=float(off.max()))
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """The unordered candidate pool ``B^t`` (no client ids) with its embedding matrix.
+
+    ``embeddings[k]`` is ``e(candidates[k].text)``, kept so the server never re-encodes it.
+    ``n_dropped`` counts candidates removed by the distinct-client check.
+    """
+
+    candidates: tuple[RuleCandidate, ...]
+    embeddings: np.ndarray
+    n_contributors: int = 0
+    n_dropped: int = 0
+
+    def __post_init__(self) -> None:
+        if self.embeddings.ndim != 2 or self.embeddings.shape[0] != len(self.candidates):
+            raise ValueError(
+                f"pool embeddings {self.embeddings.shape} do not match "
+                f"{len(self.candidates)} candidates"
+            )
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    @classmethod
+    def empty(cls, dim: int) -> CandidatePool:
+        """A pool with no candidates."""
+        return cls((), np.zeros((0, dim), dtype=np.float32))
+
+
+def build_candidate_pool(
+    candidates_by_client: Mapping[str, Sequence[RuleCandidate]],
+    retained: Collection[str],
+    embedder: Embedder,
+    *,
+    sim_threshold: float = 0.9,
+    rng: np.random.Generator,
+) -> CandidatePool:
+    """``B^t``: retained clients' candidates, ≤ 1 per client per semantic cluster, ids stripped.
+
+    Implements DESIGN §3.1 / seed App. F. Clients are visited in sorted order and each keeps,
+    in upload order, a candidate only if it is below ``sim_threshold`` to every candidate it
+    already kept. All candidates are encoded in one call; the pool is then permuted with
+    ``rng``.
+    """
+    if not -1.0 <= sim_threshold <= 1.0:
+        raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
+    clients = sorted(c for c in candidates_by_client if c in retained)
+    flat: list[RuleCandidate] = []
+    owner: list[int] = []
+    for k, c in enumerate(clients):
+        for cand in candidates_by_client[c]:
+            if not isinstance(cand, RuleCandidate):
+                raise ValueError(f"client {c!r} uploaded a {type(cand).__name__}, not a candidate")
+            flat.append(cand)
+            owner.append(k)
+    if not flat:
+        return CandidatePool.empty(embedder.dim)
+    emb = np.asarray(embedder.encode([c.text for c in flat]), dtype=np.float32)
+    sims = emb @ emb.T
+    owners = np.asarray(owner)
+    keep: list[int] = []
+    for k in range(len(clients)):
+        kept: list[int] = []
+        for i in np.flatnonzero(owners == k):
+            if not kept or sims[i, kept].max() < sim_threshold - SIM_EPS:
+                kept.append(int(i))
+        keep.extend(kept)
+    order = np.asarray(keep)[rng.permutation(len(keep))]
+    return CandidatePool(
+        candidates=tuple(flat[i] for i in order),
+        embeddings=emb[order],
+        n_contributors=len({owner[i] for i in keep}),
+        n_dropped=len(flat) - len(keep),
+    )
+
+
+def _support_from_sims(sims: np.ndarray, threshold: float) -> np.ndarray:
+    n = sims.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    similar = sims >= threshold - SIM_EPS
+    np.fill_diagonal(similar, False)  # j ≠ i: no self-support
+    return similar.sum(axis=1) / max(1, n - 1)
+
+
+def support_proportions(embeddings: np.ndarray, threshold: float = 0.9) -> np.ndarray:
+    """``ζ_i = Supp(ω̄_i) / max(1, |B| − 1)``, ``Supp`` = #{j ≠ i : cos ≥ threshold} (DESIGN §3.2).
+
+    Parameters
+    ----------
+    embeddings : ndarray of shape (n, d)
+        Unit-norm candidate embeddings (cos = dot product); one matrix product in total.
+    threshold : float
+        Similarity threshold (seed: 0.9).
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        Support proportions in ``[0, 1]``.
+    """
+    e = np.asarray(embeddings, dtype=np.float32)
+    if e.ndim != 2:
+        raise ValueError(f"embeddings must be 2-D (n, d), got shape {e.shape}")
+    return _support_from_sims(e @ e.T, threshold)
+
+
+def promote(zeta: np.ndarray) -> list[int]:
+    """Indices of the promoted set ``G^t`` (DESIGN §3.2).
+
+    ``[0]`` for a singleton pool; else every index tied at ``max ζ`` if ``max ζ > 0``; else
+    ``[]`` (also for an empty pool).
+    """
+    z = np.asarray(zeta, dtype=np.float64).ravel()
+    if z.size == 0:
+        return []
+    if z.size == 1:
+        return [0]
+    top = float(z.max())
+    if top <= 0.0:
+        return []
+    return [int(i) for i in np.flatnonzero(z == top)]
+
+
+def feedback_score(d_trigger: int, d_valid: int, d_conflict: int) -> float:
+    """``s_i(ω) = (Δn_valid − Δn_conflict) / Δn_trigger`` ∈ [−1, 1] (DESIGN §3.3).
+
+    Raises ``ValueError`` unless ``d_trigger > 0`` (such rows are not evaluable).
+    """
+    if d_trigger <= 0:
+        raise ValueError(f"feedback_score needs d_trigger > 0, got {d_trigger}")
+    return (d_valid - d_conflict) / d_trigger
+
+
+def update_h_score(h: float, n: int, scores: Sequence[float]) -> tuple[float, int]:
+    """Running mean ``H ← (N·H + Σ s_i) / (N + |I|)``, ``N ← N + |I|`` (DESIGN §3.4).
+
+    No scores this round (``I = ∅``) keeps ``(h, n)`` unchanged.
+    """
+    if n < 0:
+        raise ValueError(f"evaluation count must be >= 0, got {n}")
+    k = len(scores)
+    if k == 0:
+        return float(h), int(n)
+    return (n * h + float(sum(scores))) / (n + k), n + k
