@@ -18,6 +18,7 @@ RuleScope = Literal["query", "response"]
 RuleAction = Literal["redact", "generalize", "refuse"]
 RULE_SCOPES: tuple[str, ...] = ("query", "response")
 RULE_ACTIONS: tuple[str, ...] = ("redact", "generalize", "refuse")
+ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
 
 
 class SchemaError(ValueError):
@@ -337,6 +338,7 @@ class RoutedQuery:
     domain: str
     round: int
     refinement: str = ""
+    answer_kind: str = "text"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -345,18 +347,20 @@ class RoutedQuery:
             "domain": self.domain,
             "round": self.round,
             "refinement": self.refinement,
+            "answer_kind": self.answer_kind,
         }
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "query", lim: Limits = DEFAULT_LIMITS) -> RoutedQuery:
         d = _obj(d, path)
-        _no_extra(d, path, {"query_id", "text", "domain", "round", "refinement"})
+        _no_extra(d, path, {"query_id", "text", "domain", "round", "refinement", "answer_kind"})
         return cls(
             query_id=_str(_req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
             text=_str(_req(d, "text", path), f"{path}.text", lim, allow_empty=False),
             domain=_str(_req(d, "domain", path), f"{path}.domain", lim),
             round=_int(_req(d, "round", path), f"{path}.round", lo=1, hi=10**6),
             refinement=_str(d.get("refinement", ""), f"{path}.refinement", lim),
+            answer_kind=_choice(d.get("answer_kind", "text"), f"{path}.answer_kind", ANSWER_KINDS),
         )
 
 

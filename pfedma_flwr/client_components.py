@@ -1,0 +1,67 @@
+"""Build a client's agent from the run config and its node config (cached per process)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from pfedma_flwr.agents.backends.base import make_backend
+from pfedma_flwr.client_agent import ClientAgent
+from pfedma_flwr.config import PFedMAConfig, load_config
+from pfedma_flwr.data.partition import partition_tasks
+from pfedma_flwr.data.profiles import profile_for_client
+from pfedma_flwr.data.split import dev_pool
+from pfedma_flwr.embeddings import get_embedder
+from pfedma_flwr.rules.pii import get_recognizer
+from pfedma_flwr.schema import Limits
+from pfedma_flwr.server_components import backend_kwargs
+
+
+def node_identity(node_config: dict[str, Any]) -> tuple[int, int]:
+    """``(partition-id, num-partitions)`` from the node config, validated."""
+    try:
+        pid = int(node_config["partition-id"])
+        n = int(node_config["num-partitions"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(
+            "node config needs integer 'partition-id' and 'num-partitions' "
+            f"(got {dict(node_config)!r}); set them with --node-config in deployment"
+        ) from e
+    if not 0 <= pid < n:
+        raise ValueError(f"partition-id {pid} outside [0, {n})")
+    return pid, n
+
+
+def build_agent(run_config: dict[str, Any], node_config: dict[str, Any]) -> ClientAgent:
+    """The agent of this node; one per (run config, node config) per process."""
+    key = (json.dumps(run_config, sort_keys=True, default=str),
+           json.dumps(node_config, sort_keys=True, default=str))
+    return _build_agent(*key)
+
+
+@functools.cache
+def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
+    cfg: PFedMAConfig = load_config(json.loads(run_config_json))
+    node = json.loads(node_config_json)
+    pid, n = node_identity(node)
+    a, d = cfg.agent, cfg.data
+    data_dir = str(node.get("data-dir", "")) or d.data_dir or None
+    pool = dev_pool(d.benchmarks, dev_pool_per_benchmark=d.dev_pool_per_benchmark,
+                    seed=cfg.seed, data_dir=data_dir)
+    private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=cfg.seed)
+    names = [str(node["profile"])] if node.get("profile") else a.profiles or None
+    profile = profile_for_client(0 if node.get("profile") else pid, names)
+    p = cfg.protocol
+    return ClientAgent(
+        profile=profile, backend=make_backend(a.backend.name, **backend_kwargs(a.backend)),
+        private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
+        recognizer=get_recognizer(cfg.rules.pii), rule_mode=cfg.rules.mode,
+        few_shot=a.few_shot, experience_size=a.experience_size,
+        max_tokens=a.backend.max_tokens, temperature=a.backend.temperature,
+        sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
+        limits=Limits(p.max_text_chars, p.max_claims, p.max_evidence, p.max_items, p.max_rules),
+    )
+
+
+build_agent.cache_clear = _build_agent.cache_clear  # type: ignore[attr-defined]

@@ -1,0 +1,412 @@
+"""The server side of PFedMA as a plain state machine (no Flower): plan a round, absorb replies.
+
+Per query and collaboration round t (DESIGN §1): q̃ = P_in(q, Ω_global) → orchestrator picks
+E^t or STOP → clients answer → anomaly filter → routing-state update → aggregation into z^t →
+rule feedback, candidate pool, promotion, H-scores, Resolve → refinement for t+1. The Flower
+strategy and the RL agent loop both drive this same engine, so the two paths cannot drift.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pfedma_flwr.aggregation import CollabState, RoundResponse, aggregate
+from pfedma_flwr.answers import is_correct
+from pfedma_flwr.data.benchmarks import Task
+from pfedma_flwr.data.profiles import knowledge_domain
+from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.evaluation.anomaly import evaluate_batch, similarity_to
+from pfedma_flwr.evaluation.judges import Judge
+from pfedma_flwr.protocol import ClientDescription
+from pfedma_flwr.refinement import refinement_text
+from pfedma_flwr.routing.orchestrator import (
+    CandidateState,
+    Orchestrator,
+    OrchestratorQuery,
+    validate_selection,
+)
+from pfedma_flwr.routing.state import RoutingTable
+from pfedma_flwr.rules.enforcement import apply_query_rules
+from pfedma_flwr.rules.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.pii import PiiRecognizer
+from pfedma_flwr.rules.promotion import build_candidate_pool
+from pfedma_flwr.schema import ClientReply, ProcessedResponse, RespondInstruction, RoutedQuery
+
+logger = logging.getLogger(__name__)
+
+# Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G).
+PROMOTE_MODES = ("full", "L2G")
+REDISTRIBUTE_MODES = ("full", "G2L")
+
+
+@dataclass
+class QueryState:
+    """One query's trajectory: rounds done, z, every evaluated response, cost counters."""
+
+    task: Task
+    t: int = 0
+    z: CollabState | None = None
+    history: list[RoundResponse] = field(default_factory=list)
+    asked: set[str] = field(default_factory=set)
+    selections: list[list[str]] = field(default_factory=list)
+    routed: dict[str, RoutedQuery] = field(default_factory=dict)
+    tokens: int = 0
+    backend_calls: float = 0.0
+    query_rules_fired: int = 0
+    done: bool = False
+    stop_reason: str = ""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Knobs of the engine (each maps to a config key in ``conf/``)."""
+
+    t_max: int = 2
+    k_max: int = 3
+    batch_size: int = 10
+    min_replies: int = 1
+    lambda_pool: float = 0.3
+    alpha_con: float = 0.3
+    tolerance: float = 0.5
+    ablation: str = "none"
+    use_capability: bool = True
+    use_reliability: bool = True
+    refine_query: bool = True
+    rule_mode: str = "full"
+    sim_threshold: float = 0.9
+    seed: int = 0
+
+
+class CollaborationEngine:
+    """Server state of a PFedMA run over a stream of tasks (continuous batching).
+
+    Parameters
+    ----------
+    tasks : Sequence[Task]
+        The evaluation stream; at most ``settings.batch_size`` are active at once.
+    orchestrator, judge, embedder, rules, routing, recognizer
+        The plug-in components (see :mod:`pfedma_flwr.server_app` for how config builds them).
+    settings : EngineSettings
+        Loop constants.
+    on_query_end : Callable[[dict], None] | None
+        Receives each finished query's record (the results writer appends it at once).
+    """
+
+    def __init__(
+        self, *, tasks: Sequence[Task], orchestrator: Orchestrator, judge: Judge,
+        embedder: Embedder, rules: GlobalRuleRepository, routing: RoutingTable,
+        recognizer: PiiRecognizer | None, settings: EngineSettings,
+        on_query_end: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        if not tasks:
+            raise ValueError("CollaborationEngine needs at least one task")
+        if len({t.task_id for t in tasks}) != len(tasks):
+            raise ValueError("task ids must be unique")
+        self.settings = settings
+        self.orchestrator, self.judge, self.embedder = orchestrator, judge, embedder
+        self.rules, self.routing, self.recognizer = rules, routing, recognizer
+        self.on_query_end = on_query_end
+        self._pending = list(tasks)[::-1]
+        self._active: list[QueryState] = []
+        self.finished: list[dict[str, Any]] = []
+        self.clients: dict[str, ClientDescription] = {}
+        self._profile_emb: dict[str, np.ndarray] = {}
+        self._rng = np.random.default_rng(settings.seed)
+        self._n_tasks = len(tasks)
+        self.last_round_record: dict[str, Any] = {}
+        self.totals = {"failures": 0, "filtered": 0, "retained": 0, "rejected_items": 0,
+                       "invalid_selections": 0}
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    @property
+    def done(self) -> bool:
+        """True once every task finished."""
+        return not self._pending and not self._active
+
+    def num_active(self) -> int:
+        """Queries currently in flight."""
+        return len(self._active)
+
+    def max_rounds(self) -> int:
+        """An upper bound on Flower rounds (every query uses at most ``t_max``)."""
+        return self._n_tasks * self.settings.t_max + 1
+
+    def describe(self) -> dict[str, Any]:
+        """Configuration for ``summary()`` logs."""
+        s = self.settings
+        return {
+            "tasks": self._n_tasks, "T_max": s.t_max, "K_max": s.k_max,
+            "batch": s.batch_size, "orchestrator": type(self.orchestrator).__name__,
+            "judge": type(self.judge).__name__, "anomaly": (s.lambda_pool, s.alpha_con,
+                                                            s.tolerance, s.ablation),
+            "rules": (s.rule_mode, s.sim_threshold),
+            "ablations": {"RQ": not s.refine_query, "IA": not s.use_capability,
+                          "RT": not s.use_reliability},
+        }
+
+    def register_clients(self, descriptions: Mapping[str, ClientDescription]) -> None:
+        """Record each client's public profile (the profile part of its routing state M_i)."""
+        self.clients = dict(sorted(descriptions.items()))
+        ids = list(self.clients)
+        embs = self.embedder.encode([self.clients[c].description for c in ids])
+        self._profile_emb = {c: embs[k] for k, c in enumerate(ids)}
+        for c in ids:
+            self.routing.get(c)
+
+    # ------------------------------------------------------------------ planning
+
+    def _fill(self) -> None:
+        while self._pending and len(self._active) < self.settings.batch_size:
+            self._active.append(QueryState(task=self._pending.pop()))
+
+    def plan_round(self, server_round: int) -> dict[str, RespondInstruction]:
+        """Route every active query; return one instruction per selected client."""
+        if not self.clients:
+            raise RuntimeError("plan_round before register_clients")
+        self._fill()
+        s = self.settings
+        global_rules = [r for r in self.rules.rules() if r.active]
+        per_client: dict[str, list[RoutedQuery]] = {}
+        texts = [q.task.question for q in self._active]
+        q_embs = self.embedder.encode(texts)
+        for k, q in enumerate(list(self._active)):
+            q.routed = {}
+            if q.t >= s.t_max:
+                self._finish(q, "t_max")
+                continue
+            domain = knowledge_domain(q.task.domain)
+            candidates = [
+                CandidateState(client_id=c, state=self.routing.get(c),
+                               profile=self.clients[c].description,
+                               profile_embedding=self._profile_emb[c],
+                               asked_for_this_query=c in q.asked)
+                for c in self.clients
+            ]
+            sel = self.orchestrator.select(
+                OrchestratorQuery(query_id=q.task.task_id, text=q.task.question, domain=domain,
+                                  embedding=q_embs[k]),
+                q.z, candidates, round=q.t + 1, k_max=s.k_max,
+            )
+            try:
+                sel = validate_selection(sel, list(self.clients), s.k_max)
+            except ValueError as e:
+                # A plug-in policy's malformed action ends the query (R_fmt = -1 in §3.11).
+                self.totals["invalid_selections"] += 1
+                self._finish(q, f"invalid_selection: {e}")
+                continue
+            if sel.stop:
+                self._finish(q, "orchestrator_stop")
+                continue
+            text, fired = apply_query_rules(q.task.question, global_rules, self.recognizer)
+            # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
+            ref = refinement_text(q.z) if q.t and s.refine_query else ""
+            if ref:
+                ref, fired_ref = apply_query_rules(ref, global_rules, self.recognizer)
+                fired = [*fired, *fired_ref]
+            q.query_rules_fired += len(fired)
+            rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
+                             refinement=ref, answer_kind=q.task.answer_kind)
+            q.selections.append(list(sel.clients))
+            for c in sel.clients:
+                q.asked.add(c)
+                q.routed[c] = rq
+                per_client.setdefault(c, []).append(rq)
+        snapshot = tuple(global_rules) if s.rule_mode in REDISTRIBUTE_MODES else ()
+        return {
+            c: RespondInstruction(server_round=server_round, queries=tuple(qs),
+                                  global_rules=snapshot)
+            for c, qs in sorted(per_client.items())
+        }
+
+    # ------------------------------------------------------------------ absorbing
+
+    def absorb_round(
+        self, server_round: int, replies: Mapping[str, ClientReply], failures: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """Evaluate, update routing states, aggregate, evolve global rules; return the round log."""
+        s = self.settings
+        rejected: list[dict[str, str]] = []
+        by_query: dict[str, dict[str, ProcessedResponse]] = {}
+        for cid, rep in replies.items():
+            seen: set[str] = set()
+            # A client's batched backend calls serve all its queries: attribute them evenly.
+            share = rep.backend_calls / max(1, len(rep.responses))
+            for pr in rep.responses:
+                q = self._by_id(pr.query_id)
+                if q is None or cid not in q.routed or pr.query_id in seen:
+                    why = "duplicate" if pr.query_id in seen else "not routed to this client"
+                    rejected.append({"client": cid, "query_id": pr.query_id, "reason": why})
+                    continue
+                seen.add(pr.query_id)
+                q.backend_calls += share
+                by_query.setdefault(pr.query_id, {})[cid] = pr
+        in_flight = [q for q in self._active if q.routed]
+        groups, order = [], []
+        for q in in_flight:
+            got = by_query.get(q.task.task_id, {})
+            cids = sorted(q.routed)
+            order.append(cids)
+            groups.append([got[c].response if c in got else None for c in cids])
+            for c in cids:
+                if c in got:
+                    q.tokens += got[c].tokens
+        results = evaluate_batch(
+            groups, kinds=[q.task.answer_kind for q in in_flight], judge=self.judge,
+            embedder=self.embedder, lambda_pool=s.lambda_pool, alpha_con=s.alpha_con,
+            tolerance=s.tolerance, ablation=s.ablation,
+            options=[q.task.options or None for q in in_flight],
+        )
+        client_ok: dict[str, bool] = {}
+        query_logs = []
+        for q, cids, grp, res in zip(in_flight, order, groups, results, strict=True):
+            q.t += 1
+            domain = knowledge_domain(q.task.domain)
+            for c, r, a in zip(cids, grp, res, strict=True):
+                q.history.append(RoundResponse(client_id=c, round=q.t, response=r,
+                                               retained=a.retained, anomaly=a.score))
+                client_ok[c] = client_ok.get(c, True) and a.retained
+            q.z = aggregate(q.history, kind=q.task.answer_kind, domain=domain,
+                            routing=self.routing, round=q.t,
+                            use_capability=s.use_capability, use_reliability=s.use_reliability,
+                            options=q.task.options or None)
+            answers = [r.final_answer if r is not None else "" for r in grp]
+            sims = similarity_to(answers, q.z.answer, q.task.answer_kind, self.embedder,
+                                 options=q.task.options or None) if q.z.answer else \
+                [0.0] * len(answers)
+            for c, r, a, sim in zip(cids, grp, res, sims, strict=True):
+                if r is None:
+                    self.routing.record_failure(c, domain)
+                else:
+                    self.routing.record(c, domain, anomaly=a.score, sim_to_z=sim,
+                                        retained=a.retained)
+            n_ok = sum(a.retained for a in res)
+            self.totals["retained"] += n_ok
+            self.totals["filtered"] += sum(r is not None and not a.retained
+                                           for r, a in zip(grp, res, strict=True))
+            query_logs.append({
+                "query_id": q.task.task_id, "t": q.t, "selected": cids,
+                "anomaly": {c: a.to_dict() for c, a in zip(cids, res, strict=True)},
+                "z": q.z.to_dict(),
+            })
+            if sum(r is not None for r in grp) < s.min_replies:
+                self._finish(q, "too_few_replies")
+            elif q.t >= s.t_max:
+                self._finish(q, "t_max")
+        self.totals["failures"] += len(failures)
+        self.totals["rejected_items"] += len(rejected)
+        rules_log = self._evolve_rules(server_round, replies, client_ok)
+        calls = sum(r.backend_calls for r in replies.values())
+        tokens = sum(r.tokens for r in replies.values())
+        self.last_round_record = {
+            "round": server_round, "queries": query_logs, "failures": dict(failures),
+            "rejected": rejected, "rules": rules_log,
+            "clients": {c: {"backend_calls": r.backend_calls, "tokens": r.tokens,
+                            "gen_seconds": r.gen_seconds} for c, r in replies.items()},
+            "metrics": {
+                "select/num_queries": len(in_flight),
+                "select/num_messages": len(replies) + len(failures),
+                "replies/num_ok": len(replies), "replies/num_failed": len(failures),
+                "anomaly/num_retained": sum(a.retained for res in results for a in res),
+                "anomaly/num_filtered": sum(
+                    r is not None and not a.retained
+                    for grp, res in zip(groups, results, strict=True)
+                    for r, a in zip(grp, res, strict=True)),
+                "rules/num_promoted": rules_log.get("promoted", 0),
+                "rules/num_global": len(self.rules), "cost/tokens": tokens,
+                "cost/backend_calls": calls, "queries/num_finished": len(self.finished),
+            },
+        }
+        return self.last_round_record
+
+    def _evolve_rules(
+        self, server_round: int, replies: Mapping[str, ClientReply], client_ok: Mapping[str, bool]
+    ) -> dict[str, Any]:
+        """Feedback → H-scores, then pool → promotion → Resolve (DESIGN §3.1–3.5)."""
+        if self.settings.rule_mode not in PROMOTE_MODES:
+            return {"mode": self.settings.rule_mode, "promoted": 0}
+        fb = self.rules.apply_feedback({c: r.feedback for c, r in replies.items()})
+        # Only clients whose every response this round was retained contribute candidates.
+        retained = {c for c, ok in client_ok.items() if ok}
+        pool = build_candidate_pool({c: r.candidates for c, r in replies.items()}, retained,
+                                    self.embedder, sim_threshold=self.settings.sim_threshold,
+                                    rng=self._rng)
+        up = self.rules.update(server_round, pool)
+        return {
+            "mode": self.settings.rule_mode, "feedback": _asdict(fb), "update": _asdict(up),
+            "promoted": up.promoted, "pool_size": len(pool.candidates),
+            "h_scores": {r.rule_id: [r.h_score, r.n_evals, r.active] for r in self.rules.rules()},
+        }
+
+    def _by_id(self, query_id: str) -> QueryState | None:
+        for q in self._active:
+            if q.task.task_id == query_id:
+                return q
+        return None
+
+    # ------------------------------------------------------------------ finishing
+
+    def _finish(self, q: QueryState, reason: str) -> None:
+        q.done, q.stop_reason = True, reason
+        self._active.remove(q)
+        answer = q.z.answer if q.z is not None else ""
+        rec = {
+            "query_id": q.task.task_id, "benchmark": q.task.benchmark, "domain": q.task.domain,
+            "gold": q.task.gold, "answer": answer,
+            "correct": bool(answer) and is_correct(answer, q.task.gold, q.task.answer_kind,
+                                                   options=q.task.options or None),
+            "rounds": q.t, "stop_reason": reason, "selections": q.selections,
+            "support": q.z.support if q.z is not None else 0.0, "tokens": q.tokens,
+            "backend_calls": round(float(q.backend_calls), 3),
+            "query_rules_fired": q.query_rules_fired,
+        }
+        self.finished.append(rec)
+        if self.on_query_end is not None:
+            self.on_query_end(rec)
+
+    def finish_all(self, reason: str) -> None:
+        """End every query still active (budget exhausted); their z so far is kept."""
+        for q in list(self._active):
+            self._finish(q, reason)
+        while self._pending:
+            self._finish(QueryState(task=self._pending.pop()), "not_started")
+
+    def summary(self, wall_seconds: float = 0.0) -> dict[str, Any]:
+        """Run summary: accuracy, rounds/tokens/calls per query, rule repository size."""
+        n = max(1, len(self.finished))
+        per_bench: dict[str, list[bool]] = {}
+        for r in self.finished:
+            per_bench.setdefault(r["benchmark"], []).append(r["correct"])
+        rules = self.rules.rules()
+        return {
+            "num_queries": len(self.finished),
+            "accuracy": sum(r["correct"] for r in self.finished) / n,
+            "accuracy_by_benchmark": {b: sum(v) / len(v) for b, v in sorted(per_bench.items())},
+            "rounds_per_query": sum(r["rounds"] for r in self.finished) / n,
+            "tokens_per_query": sum(r["tokens"] for r in self.finished) / n,
+            "backend_calls_per_query": sum(r["backend_calls"] for r in self.finished) / n,
+            "stop_reasons": _count(r["stop_reason"] for r in self.finished),
+            "num_clients": len(self.clients),
+            "rules": {"global_total": len(rules), "global_active": sum(r.active for r in rules)},
+            "routing": self.routing.to_dict(),
+            "totals": dict(self.totals),
+            "wall_seconds": wall_seconds,
+        }
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def _asdict(obj: Any) -> Any:
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(obj) if is_dataclass(obj) and not isinstance(obj, type) else obj

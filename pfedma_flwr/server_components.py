@@ -1,0 +1,71 @@
+"""Build the server-side components of a run from its config (registries, no Flower)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pfedma_flwr.agents.backends.base import make_backend
+from pfedma_flwr.collaboration import CollaborationEngine, EngineSettings
+from pfedma_flwr.config import BackendConfig, PFedMAConfig
+from pfedma_flwr.data.benchmarks import Task
+from pfedma_flwr.embeddings import Embedder, get_embedder
+from pfedma_flwr.evaluation.judges import JUDGES, Judge
+from pfedma_flwr.routing.orchestrator import ORCHESTRATORS, Orchestrator
+from pfedma_flwr.routing.state import RoutingTable
+from pfedma_flwr.rules.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.pii import get_recognizer
+
+
+def backend_kwargs(b: BackendConfig) -> dict[str, Any]:
+    """The backend section as factory keyword arguments."""
+    return {
+        "model": b.model, "base_url": b.base_url, "api_key_env": b.api_key_env,
+        "n_threads": b.n_threads, "n_ctx": b.n_ctx, "json_mode": b.json_mode,
+        "timeout": b.timeout, "max_retries": b.max_retries, "concurrency": b.concurrency,
+    }
+
+
+def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:
+    """The frozen judge of the anomaly evaluator (``anomaly.judge``)."""
+    factory = JUDGES.get(cfg.anomaly.judge)
+    if cfg.anomaly.judge == "llm":
+        jb = cfg.anomaly.judge_backend
+        return factory(backend=make_backend(jb.name, **backend_kwargs(jb)),  # type: ignore[no-any-return]
+                       max_tokens=jb.max_tokens)
+    return factory(embedder=embedder)  # type: ignore[no-any-return]
+
+
+def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
+    """The routing policy (``routing.orchestrator``)."""
+    r = cfg.routing
+    factory = ORCHESTRATORS.get(r.orchestrator)
+    if r.orchestrator == "random":
+        return factory(k_max=cfg.strategy.k_max, seed=cfg.seed, stop_support=r.stop_support,
+                       embedder=embedder)
+    return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
+                   exploration_c=r.exploration_c, use_capability=r.use_capability,
+                   use_reliability=r.use_reliability, embedder=embedder)
+
+
+def build_engine(
+    cfg: PFedMAConfig, tasks: Sequence[Task],
+    on_query_end: Callable[[dict[str, Any]], None] | None = None,
+) -> CollaborationEngine:
+    """Everything the server needs for a run, from the config."""
+    embedder = get_embedder(cfg.embedding.name, cfg.embedding.model_path)
+    s, a, r, ru = cfg.strategy, cfg.anomaly, cfg.routing, cfg.rules
+    settings = EngineSettings(
+        t_max=s.t_max, k_max=s.k_max, batch_size=s.batch_size, min_replies=s.min_replies,
+        lambda_pool=a.lambda_pool, alpha_con=a.alpha_con, tolerance=a.tolerance,
+        ablation=a.ablation, use_capability=r.use_capability,
+        use_reliability=r.use_reliability, refine_query=r.refine_query, rule_mode=ru.mode,
+        sim_threshold=ru.sim_threshold, seed=cfg.seed,
+    )
+    return CollaborationEngine(
+        tasks=tasks, orchestrator=build_orchestrator(cfg, embedder),
+        judge=build_judge(cfg, embedder), embedder=embedder,
+        rules=GlobalRuleRepository(embedder=embedder, sim_threshold=ru.sim_threshold),
+        routing=RoutingTable(eta=r.eta), recognizer=get_recognizer(ru.pii),
+        settings=settings, on_query_end=on_query_end,
+    )
