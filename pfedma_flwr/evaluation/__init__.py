@@ -1,0 +1,33 @@
+"""Server-side reliability evaluation of uploaded responses (DESIGN §3.7, §3.13)."""
+
+from pfedma_flwr.evaluation.anomaly import (
+    Ablation,
+    AnomalyResult,
+    ablated_anomaly_score,
+    anomaly_score,
+    answer_similarity_matrix,
+    consensus_anomalies,
+    evaluate_batch,
+    evaluate_responses,
+    evidence_anomaly,
+    similarity_to,
+)
+from pfedma_flwr.evaluation.judges import JUDGES, EmbeddingJudge, Judge, LLMJudge, parse_score
+
+__all__ = [
+    "JUDGES",
+    "Ablation",
+    "AnomalyResult",
+    "EmbeddingJudge",
+    "Judge",
+    "LLMJudge",
+    "ablated_anomaly_score",
+    "anomaly_score",
+    "answer_similarity_matrix",
+    "consensus_anomalies",
+    "evaluate_batch",
+    "evaluate_responses",
+    "evidence_anomaly",
+    "parse_score",
+    "similarity_to",
+]

@@ -1,0 +1,296 @@
+"""Multi-factor anomaly score of uploaded responses and the tolerance filter (DESIGN §3.7).
+
+``A_i = (1 − α_con)·[λ_pool·max(a_int, a_evi) + (1 − λ_pool)·(a_int + a_evi)/2] + α_con·a_con``,
+retained iff ``A_i ≤ tolerance``. The intent and evidence terms come from a frozen
+:class:`~pfedma_flwr.evaluation.judges.Judge` (one batched call per term and round); the
+consensus term is deterministic (paper App. D).
+
+Ablations (paper Fig. 2a) drop a term and renormalize the remaining weights:
+
+=============  ==============================================================================
+``none``       the formula above
+``-intent``    ``(1 − α)·a_evi + α·a_con``  (the judge bracket over the one remaining term)
+``-evidence``  ``(1 − α)·a_int + α·a_con``
+``-consensus`` ``λ·max(a_int, a_evi) + (1 − λ)·(a_int + a_evi)/2``  (bracket weight 1)
+``-all``       the evaluator is removed: no judge call, ``A = 0``, every parsed response kept
+=============  ==============================================================================
+
+A dropped term is not computed (no judge call for it) and is reported as 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from pfedma_flwr.answers import Options, answers_equal
+from pfedma_flwr.embeddings import Embedder, cosine_matrix
+from pfedma_flwr.evaluation.judges import Judge
+from pfedma_flwr.schema import StructuredResponse
+
+logger = logging.getLogger(__name__)
+
+
+class Ablation(StrEnum):
+    """Evaluator ablations (config ``anomaly.ablation``)."""
+
+    NONE = "none"
+    NO_INTENT = "-intent"
+    NO_EVIDENCE = "-evidence"
+    NO_CONSENSUS = "-consensus"
+    ALL = "-all"
+
+
+def _unit(name: str, v: float) -> float:
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {v}")
+    return float(v)
+
+
+def anomaly_score(
+    a_int: float, a_evi: float, a_con: float, lambda_pool: float = 0.3, alpha_con: float = 0.3
+) -> float:
+    """Overall anomaly ``A_i`` of one response (DESIGN §3.7, paper App. D).
+
+    Parameters
+    ----------
+    a_int, a_evi, a_con : float
+        Intent, evidence and consensus anomalies, each in [0, 1].
+    lambda_pool : float
+        Weight of the max-pooling of the two judge terms against their mean.
+    alpha_con : float
+        Weight of the consensus term.
+
+    Returns
+    -------
+    float
+        ``(1 − α)·[λ·max(a_int, a_evi) + (1 − λ)·(a_int + a_evi)/2] + α·a_con`` ∈ [0, 1].
+    """
+    for name, v in (("a_int", a_int), ("a_evi", a_evi), ("a_con", a_con),
+                    ("lambda_pool", lambda_pool), ("alpha_con", alpha_con)):
+        _unit(name, v)
+    judge = lambda_pool * max(a_int, a_evi) + (1.0 - lambda_pool) * (a_int + a_evi) / 2.0
+    return (1.0 - alpha_con) * judge + alpha_con * a_con
+
+
+def ablated_anomaly_score(
+    a_int: float,
+    a_evi: float,
+    a_con: float,
+    *,
+    lambda_pool: float = 0.3,
+    alpha_con: float = 0.3,
+    ablation: Ablation | str = Ablation.NONE,
+) -> float:
+    """``A_i`` under an evaluator ablation (table in the module docstring)."""
+    ab = Ablation(ablation)
+    if ab is Ablation.NONE:
+        return anomaly_score(a_int, a_evi, a_con, lambda_pool, alpha_con)
+    if ab is Ablation.ALL:
+        return 0.0
+    for name, v in (("a_int", a_int), ("a_evi", a_evi), ("a_con", a_con),
+                    ("lambda_pool", lambda_pool), ("alpha_con", alpha_con)):
+        _unit(name, v)
+    if ab is Ablation.NO_INTENT:
+        return (1.0 - alpha_con) * a_evi + alpha_con * a_con
+    if ab is Ablation.NO_EVIDENCE:
+        return (1.0 - alpha_con) * a_int + alpha_con * a_con
+    return lambda_pool * max(a_int, a_evi) + (1.0 - lambda_pool) * (a_int + a_evi) / 2.0
+
+
+def evidence_anomaly(supports: Sequence[float]) -> float:
+    """``a_evi = 1 − mean`` claim support (DESIGN §3.7); a response without claims scores 1."""
+    if not supports:
+        return 1.0
+    return float(np.clip(1.0 - float(np.mean(supports)), 0.0, 1.0))
+
+
+def answer_similarity_matrix(
+    answers: Sequence[str], kind: str, embedder: Embedder, *, options: Options = None
+) -> np.ndarray:
+    """``sim(a_i, a_j)``: 1 for equal canonical answers, else embedding cosine clipped at 0.
+
+    Blank answers are equal to nothing and embed to the zero vector, so they have
+    similarity 0 to everyone, including other blank answers (and themselves).
+    """
+    n = len(answers)
+    if n == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    sim = np.clip(cosine_matrix(embedder.encode(list(answers))), 0.0, 1.0)
+    for i in range(n):
+        for j in range(i, n):
+            if answers_equal(answers[i], answers[j], kind, options=options):
+                sim[i, j] = sim[j, i] = 1.0
+    return np.asarray(sim, dtype=np.float32)
+
+
+def similarity_to(
+    answers: Sequence[str], reference: str, kind: str, embedder: Embedder,
+    *, options: Options = None,
+) -> list[float]:
+    """``sim(a_i, reference)`` for each answer (e.g. against ``z.answer`` for DESIGN §3.8)."""
+    if not answers:
+        return []
+    m = answer_similarity_matrix([*answers, reference], kind, embedder, options=options)
+    return [float(v) for v in m[:-1, -1]]
+
+
+def consensus_anomalies(
+    answers: Sequence[str], kind: str, embedder: Embedder, *, options: Options = None
+) -> list[float]:
+    """``a_con,i = 1 − mean_{j≠i} sim(a_i, a_j)`` over the participants; 0 when alone."""
+    n = len(answers)
+    if n <= 1:
+        return [0.0] * n
+    sim = answer_similarity_matrix(answers, kind, embedder, options=options).astype(np.float64)
+    others = (sim.sum(axis=1) - np.diag(sim)) / (n - 1)
+    return [float(np.clip(1.0 - v, 0.0, 1.0)) for v in others]
+
+
+@dataclass(frozen=True)
+class AnomalyResult:
+    """Evaluation of one response: the three terms, ``A_i``, and the filter decision.
+
+    ``reason`` is ``"retained"``, ``"above_tolerance"`` or ``"unparsed"`` (no structured
+    response: format failure or refusal; such responses take no part in consensus).
+    """
+
+    a_int: float
+    a_evi: float
+    a_con: float
+    score: float
+    retained: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, float | bool | str]:
+        """Plain dict for logs and result files."""
+        return {
+            "a_int": self.a_int, "a_evi": self.a_evi, "a_con": self.a_con,
+            "score": self.score, "retained": self.retained, "reason": self.reason,
+        }
+
+
+def _judge_values(values: Sequence[float], n: int, what: str, *, bad: float) -> list[float]:
+    """Length-check a judge's output and clip it to [0, 1]; a non-finite value becomes ``bad``."""
+    if len(values) != n:
+        raise RuntimeError(f"judge returned {len(values)} {what} values for {n} responses")
+    out = []
+    for v in values:
+        f = float(v)
+        if not np.isfinite(f):
+            logger.warning("judge returned non-finite %s %r; using %.1f", what, v, bad)
+            f = bad
+        out.append(float(np.clip(f, 0.0, 1.0)))
+    return out
+
+
+UNPARSED = AnomalyResult(a_int=0.0, a_evi=0.0, a_con=0.0, score=1.0, retained=False,
+                         reason="unparsed")
+
+
+def evaluate_batch(
+    groups: Sequence[Sequence[StructuredResponse | None]],
+    *,
+    kinds: Sequence[str],
+    judge: Judge,
+    embedder: Embedder,
+    lambda_pool: float = 0.3,
+    alpha_con: float = 0.3,
+    tolerance: float = 0.5,
+    ablation: Ablation | str = Ablation.NONE,
+    options: Sequence[Options] | None = None,
+) -> list[list[AnomalyResult]]:
+    """Score the responses of several queries of one round, one judge call per term.
+
+    Parameters
+    ----------
+    groups : Sequence[Sequence[StructuredResponse | None]]
+        Per query, the responses of its selected clients (``None`` = unparsed or refused).
+        Consensus is computed within a group only.
+    kinds : Sequence[str]
+        Answer kind per group (see :mod:`pfedma_flwr.answers`).
+    judge, embedder
+        Frozen judge and the shared embedding model.
+    lambda_pool, alpha_con, tolerance : float
+        DESIGN §3.7 constants, each in [0, 1].
+    ablation : Ablation or str
+        Evaluator ablation (module docstring).
+    options : Sequence[Options], optional
+        Per group multiple-choice options for canonical answers.
+
+    Returns
+    -------
+    list[list[AnomalyResult]]
+        Same shape as ``groups``.
+    """
+    ab = Ablation(ablation)
+    for name, v in (("lambda_pool", lambda_pool), ("alpha_con", alpha_con),
+                    ("tolerance", tolerance)):
+        _unit(name, v)
+    if len(kinds) != len(groups):
+        raise ValueError(f"got {len(kinds)} kinds for {len(groups)} groups")
+    if options is not None and len(options) != len(groups):
+        raise ValueError(f"got {len(options)} option sets for {len(groups)} groups")
+
+    parsed = [(g, k, r) for g, grp in enumerate(groups) for k, r in enumerate(grp) if r is not None]
+    responses = [r for _, _, r in parsed]
+    skip_judge = ab is Ablation.ALL
+    n_resp = len(responses)
+    a_int = [0.0] * n_resp
+    if responses and not (skip_judge or ab is Ablation.NO_INTENT):
+        risks = judge.intent_risk([r.sentences() for r in responses])
+        a_int = _judge_values(risks, n_resp, "intent", bad=1.0)
+    a_evi = [0.0] * n_resp
+    if responses and not (skip_judge or ab is Ablation.NO_EVIDENCE):
+        supports = judge.evidence_support(
+            [[(c.claim, c.evidence) for c in r.claims] for r in responses]
+        )
+        if len(supports) != n_resp:
+            raise RuntimeError(f"judge returned {len(supports)} support lists for {n_resp}")
+        a_evi = [
+            evidence_anomaly(_judge_values(sup, len(r.claims), "support", bad=0.0))
+            for sup, r in zip(supports, responses, strict=True)
+        ]
+
+    a_con: dict[tuple[int, int], float] = {}
+    if not (skip_judge or ab is Ablation.NO_CONSENSUS):
+        for g, grp in enumerate(groups):
+            idx = [k for k, r in enumerate(grp) if r is not None]
+            opts = options[g] if options is not None else None
+            answers = [grp[k].final_answer for k in idx]  # type: ignore[union-attr]
+            for k, v in zip(idx, consensus_anomalies(answers, kinds[g], embedder, options=opts),
+                            strict=True):
+                a_con[(g, k)] = v
+
+    out: list[list[AnomalyResult]] = [[UNPARSED] * len(grp) for grp in groups]
+    for n, (g, k, _) in enumerate(parsed):
+        ai, ae, ac = float(a_int[n]), float(a_evi[n]), a_con.get((g, k), 0.0)
+        score = ablated_anomaly_score(ai, ae, ac, lambda_pool=lambda_pool, alpha_con=alpha_con,
+                                      ablation=ab)
+        keep = score <= tolerance
+        out[g][k] = AnomalyResult(a_int=ai, a_evi=ae, a_con=ac, score=score, retained=keep,
+                                  reason="retained" if keep else "above_tolerance")
+    return out
+
+
+def evaluate_responses(
+    responses: Sequence[StructuredResponse | None],
+    *,
+    kind: str,
+    judge: Judge,
+    embedder: Embedder,
+    lambda_pool: float = 0.3,
+    alpha_con: float = 0.3,
+    tolerance: float = 0.5,
+    ablation: Ablation | str = Ablation.NONE,
+    options: Options = None,
+) -> list[AnomalyResult]:
+    """:func:`evaluate_batch` for the responses to a single query."""
+    return evaluate_batch(
+        [responses], kinds=[kind], judge=judge, embedder=embedder, lambda_pool=lambda_pool,
+        alpha_con=alpha_con, tolerance=tolerance, ablation=ablation, options=[options],
+    )[0]

@@ -1,0 +1,77 @@
+"""Feedback-guided query refinement ``q^{t+1}`` from ``z^t`` (DESIGN §3.10).
+
+The next round's query is the original task plus a compact, bounded summary of the
+collaboration state: candidate answer, its support, its main claims, the dissenting answers
+and disputed claims, and a request to verify. ``-RQ`` resends the task unchanged. The summary
+only repeats privacy-processed content that clients already uploaded.
+"""
+
+from __future__ import annotations
+
+from pfedma_flwr.aggregation import CollabState
+
+DEFAULT_MAX_CHARS = 1200
+_ITEM_CHARS = 200
+_ITEMS = 3
+
+
+def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def refinement_text(z: CollabState | None, *, max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """The summary of ``z`` appended to the task (``""`` when ``z`` holds no answer).
+
+    Parameters
+    ----------
+    z : CollabState or None
+        Collaboration state after the last round.
+    max_chars : int
+        Hard cap on the summary length; lower-priority lines are dropped first.
+    """
+    # 500 always fits the first line (answer clipped to 200) and the verification request.
+    if max_chars < 500:
+        raise ValueError(f"max_chars must be >= 500, got {max_chars}")
+    if z is None or z.empty or not z.answer.strip():
+        return ""
+    lines = [
+        f"Previous collaboration round {z.round}: candidate answer {_clip(z.answer)!r} "
+        f"(support {z.support:.0%}, {z.n_agreeing} of {z.n_retained} reliable responses agree).",
+    ]
+    if z.claims:
+        lines.append("Claims behind the candidate:")
+        lines.extend(f"- {_clip(c)}" for c in z.claims[:_ITEMS])
+    if z.dissent:
+        alts = "; ".join(f"{_clip(a, 80)!r} ({w:.0%})" for a, w in z.dissent[:_ITEMS])
+        lines.append(f"Disputed: other answers {alts}.")
+    if z.disputed_claims:
+        lines.append("Disputed claims:")
+        lines.extend(f"- {_clip(c)}" for c in z.disputed_claims[:_ITEMS])
+    ask = ("Verify the candidate answer independently, step by step. If it is wrong, give the "
+           "correct answer; otherwise confirm it. Answer in the required format.")
+    budget = max_chars - len(ask) - 1
+    kept: list[str] = []
+    for line in lines:
+        if sum(len(k) + 1 for k in kept) + len(line) + 1 > budget:
+            break
+        kept.append(line)
+    return "\n".join([*kept, ask])
+
+
+def refine_query(
+    original_text: str,
+    z: CollabState | None,
+    *,
+    enabled: bool = True,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> str:
+    """``q^{t+1}``: the task plus :func:`refinement_text` of ``z`` (DESIGN §3.10).
+
+    Returns ``original_text`` unchanged under ``-RQ`` (``enabled=False``) or when ``z`` holds
+    no answer yet (nothing to verify).
+    """
+    if not enabled:
+        return original_text
+    extra = refinement_text(z, max_chars=max_chars)
+    return f"{original_text}\n\n{extra}" if extra else original_text

@@ -1,0 +1,35 @@
+"""Routing: per-client routing state (DESIGN §3.8) and the orchestrator (§3.12)."""
+
+from pfedma_flwr.routing.orchestrator import (
+    ORCHESTRATORS,
+    CandidateState,
+    HeuristicOrchestrator,
+    Orchestrator,
+    OrchestratorQuery,
+    RandomOrchestrator,
+    Selection,
+    should_stop,
+    validate_selection,
+)
+from pfedma_flwr.routing.state import (
+    RoutingState,
+    RoutingTable,
+    quality_signal,
+    update_routing_state,
+)
+
+__all__ = [
+    "ORCHESTRATORS",
+    "CandidateState",
+    "HeuristicOrchestrator",
+    "Orchestrator",
+    "OrchestratorQuery",
+    "RandomOrchestrator",
+    "RoutingState",
+    "RoutingTable",
+    "Selection",
+    "quality_signal",
+    "should_stop",
+    "update_routing_state",
+    "validate_selection",
+]

@@ -1,0 +1,293 @@
+"""Orchestrator ``π``: per query round, select 1..K_max clients or STOP (DESIGN §1 step 2, §3.12).
+
+The :class:`Orchestrator` protocol is what the strategy calls; the paper's trained LLM policy
+(veRL, a later module) implements the same protocol and may return an invalid action, which
+:func:`validate_selection` turns into a ``ValueError`` the caller records (``R_fmt``).
+:class:`HeuristicOrchestrator` is the default non-LLM policy of §3.12 and
+:class:`RandomOrchestrator` a seeded baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.registry import Registry
+from pfedma_flwr.routing.state import RoutingState
+
+if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import here would be circular
+    from pfedma_flwr.aggregation import CollabState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OrchestratorQuery:
+    """The privacy-processed query ``q̃`` as the orchestrator sees it."""
+
+    query_id: str
+    text: str
+    domain: str
+    embedding: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class CandidateState:
+    """One candidate client: id, routing state ``M_i`` and whether it was asked for this query."""
+
+    client_id: str
+    state: RoutingState
+    profile: str = ""
+    profile_embedding: np.ndarray | None = None
+    asked_for_this_query: bool = False
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A routing action: STOP, or the ids of 1..K_max distinct clients."""
+
+    clients: tuple[str, ...] = ()
+    stop: bool = False
+    reason: str = ""
+
+    @classmethod
+    def stop_now(cls, reason: str = "") -> Selection:
+        """The STOP action."""
+        return cls(clients=(), stop=True, reason=reason)
+
+
+def validate_selection(selection: Selection, candidates: Sequence[str], k_max: int) -> Selection:
+    """Check a routing action against the candidates; raise ``ValueError`` saying what is wrong.
+
+    STOP must name no client; otherwise 1 ≤ |E^t| ≤ K_max distinct known client ids.
+    """
+    if selection.stop:
+        if selection.clients:
+            raise ValueError(f"STOP must select no client, got {list(selection.clients)}")
+        return selection
+    n = len(selection.clients)
+    if not 1 <= n <= k_max:
+        raise ValueError(f"selection must name 1..{k_max} clients, got {n}")
+    if len(set(selection.clients)) != n:
+        raise ValueError(f"selection repeats a client: {list(selection.clients)}")
+    unknown = sorted(set(selection.clients) - set(candidates))
+    if unknown:
+        raise ValueError(f"selection names unknown client(s) {unknown}")
+    return selection
+
+
+@runtime_checkable
+class Orchestrator(Protocol):
+    """Routing policy ``π(q̃, z^{t-1}, {M_i}) → E^t | STOP``."""
+
+    def select(
+        self,
+        query: OrchestratorQuery,
+        z: CollabState | None,
+        candidates: Sequence[CandidateState],
+        *,
+        round: int,
+        k_max: int | None = None,
+    ) -> Selection:
+        """Choose the clients of round ``round`` (1-based) or STOP."""
+        ...
+
+
+def _check_k(k: int | None, name: str) -> int | None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
+    return k
+
+
+def should_stop(z: CollabState | None, round: int, stop_support: float) -> bool:
+    """§3.12 stopping rule: after round 1, ``z.support ≥ stop_support`` with ≥ 2 agreeing."""
+    return (round > 1 and z is not None and z.n_agreeing >= 2
+            and z.support >= stop_support)
+
+
+class HeuristicOrchestrator:
+    """Default non-LLM orchestrator (DESIGN §3.12).
+
+    ``score_i = (C_{i,d} + cos(e(q), e(profile_i)))/2 · S_i + c·sqrt(ln(1 + n_total)/(1 + n_i))``
+    with ``n_i`` the asks of client ``i`` for the query's domain and ``n_total`` their sum over
+    the candidates. Round 1 takes the top K_max; later rounds STOP when ``z.support ≥
+    stop_support`` with at least 2 agreeing retained responses, else take the top K_max among
+    clients not yet asked for this query, filling up with asked ones. Ties go to the smaller
+    client id.
+
+    Parameters
+    ----------
+    k_max : int
+        Default K_max when :meth:`select` gets none.
+    stop_support : float
+        Winning weight share at which the query stops (config ``routing.stop_support``).
+    exploration_c : float
+        Exploration bonus weight ``c`` (``routing.exploration_c``).
+    use_capability, use_reliability : bool
+        False for the -IA / -RT ablations (``C := 1`` / ``S := 1``).
+    embedder : Embedder, optional
+        Embeds the query and profiles that come without an embedding.
+    """
+
+    def __init__(
+        self,
+        *,
+        k_max: int,
+        stop_support: float = 0.7,
+        exploration_c: float = 0.1,
+        use_capability: bool = True,
+        use_reliability: bool = True,
+        embedder: Embedder | None = None,
+    ) -> None:
+        _check_k(k_max, "k_max")
+        if not 0.0 <= stop_support <= 1.0:
+            raise ValueError(f"stop_support must be in [0, 1], got {stop_support}")
+        if not (math.isfinite(exploration_c) and exploration_c >= 0.0):
+            raise ValueError(f"exploration_c must be a finite number >= 0, got {exploration_c}")
+        self.k_max = k_max
+        self.stop_support = stop_support
+        self.exploration_c = exploration_c
+        self.use_capability = use_capability
+        self.use_reliability = use_reliability
+        self.embedder = embedder
+
+    def _embed(self, text: str, given: np.ndarray | None, what: str) -> np.ndarray:
+        if given is not None:
+            return np.asarray(given, dtype=np.float32).reshape(-1)
+        if self.embedder is None:
+            raise ValueError(f"{what} has no embedding and the orchestrator has no embedder")
+        return np.asarray(self.embedder.encode([text])[0], dtype=np.float32)
+
+    def scores(
+        self, query: OrchestratorQuery, candidates: Sequence[CandidateState]
+    ) -> list[float]:
+        """``score_i`` of each candidate, in order (§3.12)."""
+        q = self._embed(query.text, query.embedding, f"query {query.query_id!r}")
+        missing = [c.profile for c in candidates if c.profile_embedding is None]
+        if missing and self.embedder is None:
+            raise ValueError("a candidate profile has no embedding and there is no embedder")
+        encoded = iter(self.embedder.encode(missing) if missing and self.embedder else [])
+        n_total = sum(c.state.asked(query.domain) for c in candidates)
+        out: list[float] = []
+        for c in candidates:
+            p = (np.asarray(c.profile_embedding, dtype=np.float32).reshape(-1)
+                 if c.profile_embedding is not None else next(encoded))
+            if p.shape != q.shape:
+                raise ValueError(
+                    f"profile embedding of {c.client_id!r} has shape {p.shape}, query {q.shape}"
+                )
+            cap = c.state.c(query.domain) if self.use_capability else 1.0
+            rel = c.state.reliability if self.use_reliability else 1.0
+            n_i = c.state.asked(query.domain)
+            bonus = self.exploration_c * math.sqrt(math.log1p(n_total) / (1 + n_i))
+            out.append((cap + float(q @ p)) / 2.0 * rel + bonus)
+        return out
+
+    def select(
+        self,
+        query: OrchestratorQuery,
+        z: CollabState | None,
+        candidates: Sequence[CandidateState],
+        *,
+        round: int,
+        k_max: int | None = None,
+    ) -> Selection:
+        """See :class:`Orchestrator`."""
+        k = _check_k(k_max, "k_max") or self.k_max
+        if round < 1:
+            raise ValueError(f"round must be >= 1, got {round}")
+        if not candidates:
+            return Selection.stop_now("no candidates")
+        if z is not None and should_stop(z, round, self.stop_support):
+            return Selection.stop_now(f"support {z.support:.2f} >= {self.stop_support}")
+        scored = sorted(zip(self.scores(query, candidates), candidates, strict=True),
+                        key=lambda sc: (-sc[0], sc[1].client_id))
+        if round > 1:
+            # Stable sort: not-yet-asked clients first, each part still by score.
+            scored.sort(key=lambda sc: sc[1].asked_for_this_query)
+        chosen = tuple(c.client_id for _, c in scored[:k])
+        return validate_selection(Selection(chosen), [c.client_id for c in candidates], k)
+
+    def summary(self) -> None:
+        """Log the configuration."""
+        logger.info(
+            "HeuristicOrchestrator: k_max=%d, stop_support=%.2f, c=%.3f, C=%s, S=%s",
+            self.k_max, self.stop_support, self.exploration_c, self.use_capability,
+            self.use_reliability,
+        )
+
+
+class RandomOrchestrator:
+    """Seeded baseline: uniformly random K_max clients, with the §3.12 stopping rule.
+
+    The random stream is derived from ``(seed, query_id, round)``, so a selection does not
+    depend on the order in which queries are processed.
+
+    Parameters
+    ----------
+    k_max : int
+        Default K_max.
+    seed : int
+        Run seed.
+    stop_support : float or None
+        As :class:`HeuristicOrchestrator`; ``None`` never stops early.
+    embedder : Embedder, optional
+        Unused; accepted so every built-in orchestrator takes the same factory arguments.
+    """
+
+    def __init__(
+        self,
+        *,
+        k_max: int,
+        seed: int = 0,
+        stop_support: float | None = 0.7,
+        embedder: Embedder | None = None,
+    ) -> None:
+        _check_k(k_max, "k_max")
+        if stop_support is not None and not 0.0 <= stop_support <= 1.0:
+            raise ValueError(f"stop_support must be in [0, 1] or None, got {stop_support}")
+        self.k_max = k_max
+        self.seed = seed
+        self.stop_support = stop_support
+
+    def select(
+        self,
+        query: OrchestratorQuery,
+        z: CollabState | None,
+        candidates: Sequence[CandidateState],
+        *,
+        round: int,
+        k_max: int | None = None,
+    ) -> Selection:
+        """See :class:`Orchestrator`."""
+        k = _check_k(k_max, "k_max") or self.k_max
+        if round < 1:
+            raise ValueError(f"round must be >= 1, got {round}")
+        if not candidates:
+            return Selection.stop_now("no candidates")
+        if self.stop_support is not None and should_stop(z, round, self.stop_support):
+            return Selection.stop_now("support reached")
+        qhash = int.from_bytes(hashlib.blake2b(query.query_id.encode(), digest_size=8).digest(),
+                               "little")
+        rng = np.random.default_rng([self.seed, qhash, round])
+        ids = sorted(c.client_id for c in candidates)
+        picked = rng.choice(len(ids), size=min(k, len(ids)), replace=False)
+        chosen = tuple(ids[int(i)] for i in picked)
+        return validate_selection(Selection(chosen), ids, k)
+
+    def summary(self) -> None:
+        """Log the configuration."""
+        logger.info("RandomOrchestrator: k_max=%d, seed=%d, stop_support=%s",
+                    self.k_max, self.seed, self.stop_support)
+
+
+ORCHESTRATORS: Registry[Callable[..., Orchestrator]] = Registry("orchestrator")
+ORCHESTRATORS.add("heuristic", HeuristicOrchestrator)
+ORCHESTRATORS.add("random", RandomOrchestrator)

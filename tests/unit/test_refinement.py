@@ -1,0 +1,45 @@
+"""Query refinement q^{t+1} from z^t (DESIGN §3.10) and the -RQ ablation."""
+
+import pytest
+
+from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.refinement import refine_query, refinement_text
+
+TASK = "Janet's ducks lay 16 eggs per day. How much does she make?"
+Z = CollabState(
+    answer="18", canonical="18", support=0.74, claims=("9 eggs are sold", "2 dollars each"),
+    dissent=(("20", 0.26),), disputed_claims=("10 eggs are sold",), round=1, n_agreeing=2,
+    n_retained=3,
+)
+
+
+def test_refined_query_summarizes_z():
+    q = refine_query(TASK, Z)
+    assert q.startswith(TASK + "\n\n")
+    for part in ("candidate answer '18'", "support 74%", "2 of 3", "- 9 eggs are sold",
+                 "'20' (26%)", "- 10 eggs are sold", "Verify the candidate answer"):
+        assert part in q
+
+
+@pytest.mark.parametrize(
+    ("z", "enabled"),
+    [(Z, False),            # -RQ resends the task unchanged
+     (None, True),          # first round: no z
+     (CollabState(round=1), True)],  # everything filtered: nothing to verify
+)
+def test_unchanged_task(z, enabled):
+    assert refine_query(TASK, z, enabled=enabled) == TASK
+
+
+def test_summary_is_bounded():
+    huge = CollabState(
+        answer="x" * 5000, canonical="x", support=0.5, claims=tuple("c" * 900 for _ in range(9)),
+        dissent=tuple(("y" * 900, 0.1) for _ in range(9)),
+        disputed_claims=tuple("d" * 900 for _ in range(9)), round=3, n_agreeing=1, n_retained=9,
+    )
+    for cap in (500, 800, 1200):
+        text = refinement_text(huge, max_chars=cap)
+        assert len(text) <= cap
+        assert "candidate answer" in text and text.endswith("required format.")
+    with pytest.raises(ValueError, match="max_chars"):
+        refinement_text(Z, max_chars=100)
