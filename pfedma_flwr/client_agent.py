@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pfedma_flwr.agents.backends.base import Backend
+from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.prompting import RESPONSE_JSON_SCHEMA, build_agent_messages
 from pfedma_flwr.data.benchmarks import Task

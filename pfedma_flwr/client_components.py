@@ -6,7 +6,6 @@ import functools
 import json
 from typing import Any
 
-from pfedma_flwr.agents.backends.base import make_backend
 from pfedma_flwr.client_agent import ClientAgent
 from pfedma_flwr.config import PFedMAConfig, load_config
 from pfedma_flwr.data.partition import partition_tasks
@@ -15,7 +14,7 @@ from pfedma_flwr.data.split import dev_pool
 from pfedma_flwr.embeddings import get_embedder
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.schema import Limits
-from pfedma_flwr.server_components import backend_kwargs
+from pfedma_flwr.server_components import make_configured_backend
 
 
 def node_identity(node_config: dict[str, Any]) -> tuple[int, int]:
@@ -54,7 +53,7 @@ def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
     profile = profile_for_client(0 if node.get("profile") else pid, names)
     p = cfg.protocol
     return ClientAgent(
-        profile=profile, backend=make_backend(a.backend.name, **backend_kwargs(a.backend)),
+        profile=profile, backend=make_configured_backend(a.backend),
         private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
         recognizer=get_recognizer(cfg.rules.pii), rule_mode=cfg.rules.mode,
         few_shot=a.few_shot, experience_size=a.experience_size,

@@ -169,14 +169,34 @@ class CollaborationEngine:
         """Route every active query; return one instruction per selected client."""
         if not self.clients:
             raise RuntimeError("plan_round before register_clients")
-        self._fill()
         s = self.settings
         global_rules = [r for r in self.rules.rules() if r.active]
         per_client: dict[str, list[RoutedQuery]] = {}
-        texts = [q.task.question for q in self._active]
-        q_embs = self.embedder.encode(texts)
-        for k, q in enumerate(list(self._active)):
+        for q in self._active:
             q.routed = {}
+        # Queries that stop at planning free their slot at once, so refill until this round
+        # carries work or the stream is exhausted (no empty Flower rounds).
+        while not per_client and (self._pending or self._active):
+            self._fill()
+            todo = [q for q in self._active if not q.routed]
+            if not todo:
+                break
+            self._route(todo, global_rules, per_client)
+        snapshot = tuple(global_rules) if s.rule_mode in REDISTRIBUTE_MODES else ()
+        return {
+            c: RespondInstruction(server_round=server_round, queries=tuple(qs),
+                                  global_rules=snapshot)
+            for c, qs in sorted(per_client.items())
+        }
+
+    def _route(
+        self, todo: list[QueryState], global_rules: list[Any],
+        per_client: dict[str, list[RoutedQuery]],
+    ) -> None:
+        """Ask the orchestrator about each query in ``todo`` (finishing those that stop)."""
+        s = self.settings
+        q_embs = self.embedder.encode([q.task.question for q in todo])
+        for k, q in enumerate(todo):
             if q.t >= s.t_max:
                 self._finish(q, "t_max")
                 continue
@@ -217,12 +237,6 @@ class CollaborationEngine:
                 q.asked.add(c)
                 q.routed[c] = rq
                 per_client.setdefault(c, []).append(rq)
-        snapshot = tuple(global_rules) if s.rule_mode in REDISTRIBUTE_MODES else ()
-        return {
-            c: RespondInstruction(server_round=server_round, queries=tuple(qs),
-                                  global_rules=snapshot)
-            for c, qs in sorted(per_client.items())
-        }
 
     # ------------------------------------------------------------------ absorbing
 

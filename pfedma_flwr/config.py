@@ -45,6 +45,15 @@ class BackendConfig:
     timeout: float = 120.0
     max_retries: int = 3
     concurrency: int = 8
+    # embedded: batched (one llama.cpp context, several sequences) | sequential
+    mode: str = "batched"
+    # largest batch per generation call (embedded, transformers)
+    max_batch: int = 8
+    # transformers: auto | cpu | cuda ; dtype auto | float32 | bfloat16 | float16
+    device: str = "auto"
+    dtype: str = "auto"
+    # extra keyword arguments for a plug-in backend given as module:Class
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pfedma_flwr.agents.backends.base import make_backend
+from pfedma_flwr.agents.backends import Backend, make_backend
 from pfedma_flwr.collaboration import CollaborationEngine, EngineSettings
 from pfedma_flwr.config import BackendConfig, PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
@@ -17,13 +17,24 @@ from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
 
 
+_BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
+    "embedded": ("model", "n_threads", "n_ctx", "mode", "max_batch"),
+    "openai": ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",
+               "json_mode"),
+    "transformers": ("model", "device", "dtype", "max_batch"),
+    "mock": (),
+}
+
+
 def backend_kwargs(b: BackendConfig) -> dict[str, Any]:
-    """The backend section as factory keyword arguments."""
-    return {
-        "model": b.model, "base_url": b.base_url, "api_key_env": b.api_key_env,
-        "n_threads": b.n_threads, "n_ctx": b.n_ctx, "json_mode": b.json_mode,
-        "timeout": b.timeout, "max_retries": b.max_retries, "concurrency": b.concurrency,
-    }
+    """The constructor arguments of backend ``b.name`` taken from its config section."""
+    kwargs = {f: getattr(b, f) for f in _BACKEND_FIELDS.get(b.name, ())}
+    return {**kwargs, **dict(b.options)}
+
+
+def make_configured_backend(b: BackendConfig) -> Backend:
+    """The process-wide backend for a config section (loaded once per process)."""
+    return make_backend(b.name, **backend_kwargs(b))
 
 
 def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:
@@ -31,7 +42,7 @@ def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:
     factory = JUDGES.get(cfg.anomaly.judge)
     if cfg.anomaly.judge == "llm":
         jb = cfg.anomaly.judge_backend
-        return factory(backend=make_backend(jb.name, **backend_kwargs(jb)),  # type: ignore[no-any-return]
+        return factory(backend=make_configured_backend(jb),  # type: ignore[no-any-return]
                        max_tokens=jb.max_tokens)
     return factory(embedder=embedder)  # type: ignore[no-any-return]
 

@@ -218,6 +218,8 @@ class PFedMA(Strategy):
         while not self.engine.done and server_round < max_rounds:
             server_round += 1
             msgs = list(self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
+            if not msgs and self.engine.done:
+                break  # the last queries stopped while being planned: nothing to send
             log(INFO, "[ROUND %s] %d active queries -> %d nodes", server_round,
                 self.engine.num_active(), len(msgs))
             replies = grid.send_and_receive(msgs, timeout=round_timeout) if msgs else []

@@ -1,0 +1,120 @@
+"""PFedMA strategy with mock agents over a FakeGrid: bounds, STOP, failures, rule flow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Message, RecordDict
+
+from pfedma_flwr.protocol import PAYLOAD_KEY, QUERY_RESPOND, decode_instruction
+from tests.strategy.conftest import answer_json, read_jsonl
+
+
+def _respond_msgs(grid):
+    return [m for m in grid.sent if m.metadata.message_type == QUERY_RESPOND]
+
+
+def test_run_writes_results_and_respects_selection_bounds(federation, tmp_path: Path):
+    summary, grid = federation(num_nodes=4)
+    out = tmp_path / "out"
+    queries = read_jsonl(out / "queries.jsonl")
+    rounds = read_jsonl(out / "rounds.jsonl")
+    # tiny.yaml: 3 queries x 2 benchmarks, T_max = 2, K_max = 2
+    assert summary["num_queries"] == len(queries) == 6
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert "t_max: 2" in (out / "config.yaml").read_text()
+    for q in queries:
+        assert 1 <= q["rounds"] <= 2
+        assert all(1 <= len(sel) <= 2 for sel in q["selections"])
+        assert len(set(q["selections"][0])) == len(q["selections"][0])
+    assert len(rounds) == max(r["round"] for r in rounds)
+    # one message per selected node per Flower round, never more
+    for r in rounds:
+        sent = [m for m in _respond_msgs(grid) if m.metadata.group_id == str(r["round"])]
+        assert len(sent) == len({m.metadata.dst_node_id for m in sent})
+
+
+def test_agreement_stops_after_one_round(federation, tmp_path: Path):
+    # Every agent answers 42: z.support = 1 with 2 agreeing responses -> STOP before round 2.
+    summary, _ = federation(responder=lambda msgs: answer_json("42"), overrides="strategy.t_max=3")
+    queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
+    assert all(q["rounds"] == 1 and q["stop_reason"] == "orchestrator_stop" for q in queries)
+    assert summary["stop_reasons"] == {"orchestrator_stop": 6}
+
+
+def test_disagreement_uses_the_round_budget(federation, tmp_path: Path):
+    # Answers depend on the agent's profile prompt, so the two selected agents disagree
+    # (support 0.5 < 0.7) and every query runs to T_max = 2 with fresh agents in round 2.
+    def responder(msgs):
+        return answer_json(str(len(msgs[0]["content"])))
+
+    federation(responder=responder)
+    queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
+    assert all(q["rounds"] == 2 and q["stop_reason"] == "t_max" for q in queries)
+    for q in queries:  # round 2 prefers clients not yet asked for this query
+        assert not set(q["selections"][0]) & set(q["selections"][1])
+
+
+def test_failures_recorded_with_reasons(federation, tmp_path: Path):
+    calls = {"n": 0}
+
+    def crash(msg, ctx):
+        if msg.metadata.message_type != QUERY_RESPOND:
+            from client_apps.agent_app import app
+            return app(msg, ctx)
+        raise RuntimeError("agent crashed")
+
+    def garbage(msg, ctx):
+        if msg.metadata.message_type != QUERY_RESPOND:
+            from client_apps.agent_app import app
+            return app(msg, ctx)
+        return Message(RecordDict({PAYLOAD_KEY: ConfigRecord(
+            {"json": '{"schema_version": 1, "responses": "nope"}'})}), reply_to=msg)
+
+    def silent(msg, ctx):
+        if msg.metadata.message_type != QUERY_RESPOND:
+            from client_apps.agent_app import app
+            return app(msg, ctx)
+        calls["n"] += 1
+        return None
+
+    summary, grid = federation(num_nodes=5, behaviour={0: crash, 1: garbage, 2: silent},
+                               responder=lambda m: answer_json("7"),
+                               overrides="strategy.k_max=5")
+    out = tmp_path / "out"
+    rounds = read_jsonl(out / "rounds.jsonl")
+    reasons = {n: r for rec in rounds for n, r in rec["failures"].items()}
+    bad = [str(n) for n in grid.node_ids[:3]]
+    assert "agent crashed" in reasons[bad[0]] and "error reply" in reasons[bad[0]]
+    assert "malformed reply" in reasons[bad[1]] and "responses" in reasons[bad[1]]
+    assert reasons[bad[2]].startswith("timeout")
+    assert calls["n"] >= 1
+    # the run completed with every query answered by the two healthy nodes
+    assert summary["num_queries"] == 6 and summary["totals"]["failures"] >= 3
+    routing = summary["routing"]["clients"]
+    for n in bad:
+        assert routing[n]["reliability"] < 0.5  # S decays for failing clients
+    for n in map(str, grid.node_ids[3:]):
+        assert routing[n]["reliability"] > 0.5
+
+
+def test_promoted_rule_reaches_clients_next_round(federation, tmp_path: Path):
+    # Every agent leaks a contact email (a PII span no rule covers yet): each creates a local
+    # rule, uploads its generalization; two identical candidates support each other -> promoted.
+    canary = "alice.canary@example.com"
+
+    def responder(msgs):
+        return answer_json(str(len(msgs[0]["content"])), claim=f"Ask {canary} for details.")
+
+    summary, grid = federation(responder=responder)
+    rounds = read_jsonl(tmp_path / "out" / "rounds.jsonl")
+    assert rounds[0]["rules"]["promoted"] >= 1
+    assert summary["rules"]["global_total"] >= 1
+    later = [decode_instruction(m.content) for m in _respond_msgs(grid)
+             if int(m.metadata.group_id) >= 2]
+    assert later and all(ins.global_rules for ins in later)
+    assert any("EMAIL_ADDRESS" in r.entity_types for r in later[0].global_rules)
+    # nothing the server logged contains the leaked address
+    for name in ("rounds.jsonl", "queries.jsonl", "summary.json"):
+        assert canary not in (tmp_path / "out" / name).read_text()
