@@ -112,6 +112,8 @@ def run(
     """Run one simulation; return 0 only if Flower reports success and the results exist."""
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
+    # The app bundle carries no data files: point the run at the repository's data/ by default.
+    data_dir = str(Path(data_dir).resolve()) if data_dir else str(APP_DIR / "data")
     flwr_home = output_dir / ".flwr"
     env = _env(flwr_home, port)
     link = start_superlink(flwr_home, port, output_dir / "superlink")
@@ -122,7 +124,9 @@ def run(
             f"data-dir={_toml_str(data_dir)}",
             f"overrides={_toml_str(overrides)}",
         ])
-        fed_cfg = f"num-supernodes={num_clients} client-resources-num-cpus={cpus_per_client}"
+        # Flower wants an integer CPU count when the value is integral ("1", not "1.0").
+        cpus = int(cpus_per_client) if float(cpus_per_client).is_integer() else cpus_per_client
+        fed_cfg = f"num-supernodes={num_clients} client-resources-num-cpus={cpus}"
         sub = _flwr(["run", ".", "--format", "json", "--run-config", run_cfg,
                      "--federation-config", fed_cfg], env)
         try:
@@ -199,9 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--cpus-per-client", type=float, default=1.0)
     r.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is stopped")
     a = p.parse_args(argv)
-    data_dir = str(Path(a.data_dir).resolve()) if a.data_dir else str(APP_DIR / "data")
     return run(
         config=a.config, num_clients=a.num_clients, output_dir=Path(a.output_dir),
-        overrides=" ".join(shlex.quote(o) for o in a.overrides), data_dir=data_dir,
+        overrides=" ".join(shlex.quote(o) for o in a.overrides), data_dir=a.data_dir,
         port=a.port, cpus_per_client=a.cpus_per_client, timeout=a.timeout,
     )
