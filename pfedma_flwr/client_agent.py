@@ -102,6 +102,7 @@ class ClientAgent:
         few_shot: int = 2, experience_size: int = 32, max_tokens: int = 320,
         temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
+        client_key: str = "",
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
@@ -113,13 +114,15 @@ class ClientAgent:
         self.max_tokens, self.temperature = max_tokens, temperature
         self.sim_threshold, self.phi_default = sim_threshold, phi_default
         self.limits = limits
+        self.client_key = client_key
         items = {s for t in self.private_data for s in t.sensitive_items}
         self.sensitive_items = sorted(items | {s for s in sensitive_items if s.strip()})
 
     def describe(self) -> ClientDescription:
         """Public profile metadata for routing (no private data)."""
         return ClientDescription(profile_name=self.profile.name, domains=self.profile.domains,
-                                 description=self.profile.prompt, backbone=self.profile.backbone)
+                                 description=self.profile.prompt, backbone=self.profile.backbone,
+                                 client_key=self.client_key)
 
     def new_state(self) -> AgentState:
         """State of a client on first participation."""

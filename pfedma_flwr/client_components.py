@@ -60,6 +60,7 @@ def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
         max_tokens=a.backend.max_tokens, temperature=a.backend.temperature,
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
         limits=Limits(p.max_text_chars, p.max_claims, p.max_evidence, p.max_items, p.max_rules),
+        client_key=str(node.get("client-id", "")) or f"partition-{pid}",
     )
 
 

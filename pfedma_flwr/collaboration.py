@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import numpy as np
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse, aggregate
-from pfedma_flwr.answers import is_correct
+from pfedma_flwr.aggregation import RoundResponse, aggregate
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import knowledge_domain
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.evaluation.anomaly import evaluate_batch, similarity_to
 from pfedma_flwr.evaluation.judges import Judge
 from pfedma_flwr.protocol import ClientDescription
+from pfedma_flwr.query_state import EngineSettings, QueryState, finish_record, query_metrics
 from pfedma_flwr.refinement import refinement_text
 from pfedma_flwr.routing.orchestrator import (
     CandidateState,
@@ -42,44 +42,7 @@ logger = logging.getLogger(__name__)
 # Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G).
 PROMOTE_MODES = ("full", "L2G")
 REDISTRIBUTE_MODES = ("full", "G2L")
-
-
-@dataclass
-class QueryState:
-    """One query's trajectory: rounds done, z, every evaluated response, cost counters."""
-
-    task: Task
-    t: int = 0
-    z: CollabState | None = None
-    history: list[RoundResponse] = field(default_factory=list)
-    asked: set[str] = field(default_factory=set)
-    selections: list[list[str]] = field(default_factory=list)
-    routed: dict[str, RoutedQuery] = field(default_factory=dict)
-    tokens: int = 0
-    backend_calls: float = 0.0
-    query_rules_fired: int = 0
-    done: bool = False
-    stop_reason: str = ""
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Knobs of the engine (each maps to a config key in ``conf/``)."""
-
-    t_max: int = 2
-    k_max: int = 3
-    batch_size: int = 10
-    min_replies: int = 1
-    lambda_pool: float = 0.3
-    alpha_con: float = 0.3
-    tolerance: float = 0.5
-    ablation: str = "none"
-    use_capability: bool = True
-    use_reliability: bool = True
-    refine_query: bool = True
-    rule_mode: str = "full"
-    sim_threshold: float = 0.9
-    seed: int = 0
+CHECKPOINT_VERSION = 1
 
 
 class CollaborationEngine:
@@ -111,6 +74,8 @@ class CollaborationEngine:
         self.orchestrator, self.judge, self.embedder = orchestrator, judge, embedder
         self.rules, self.routing, self.recognizer = rules, routing, recognizer
         self.on_query_end = on_query_end
+        self._tasks = list(tasks)
+        self._task_ids = [t.task_id for t in tasks]
         self._pending = list(tasks)[::-1]
         self._active: list[QueryState] = []
         self.finished: list[dict[str, Any]] = []
@@ -366,19 +331,8 @@ class CollaborationEngine:
     # ------------------------------------------------------------------ finishing
 
     def _finish(self, q: QueryState, reason: str) -> None:
-        q.done, q.stop_reason = True, reason
         self._active.remove(q)
-        answer = q.z.answer if q.z is not None else ""
-        rec = {
-            "query_id": q.task.task_id, "benchmark": q.task.benchmark, "domain": q.task.domain,
-            "gold": q.task.gold, "answer": answer,
-            "correct": bool(answer) and is_correct(answer, q.task.gold, q.task.answer_kind,
-                                                   options=q.task.options or None),
-            "rounds": q.t, "stop_reason": reason, "selections": q.selections,
-            "support": q.z.support if q.z is not None else 0.0, "tokens": q.tokens,
-            "backend_calls": round(float(q.backend_calls), 3),
-            "query_rules_fired": q.query_rules_fired,
-        }
+        rec = finish_record(q, reason)
         self.finished.append(rec)
         if self.on_query_end is not None:
             self.on_query_end(rec)
@@ -390,21 +344,41 @@ class CollaborationEngine:
         while self._pending:
             self._finish(QueryState(task=self._pending.pop()), "not_started")
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self, server_round: int) -> dict[str, Any]:
+        """Everything needed to continue after ``server_round`` (taken between rounds)."""
+        return {
+            "version": CHECKPOINT_VERSION, "server_round": server_round,
+            "task_ids": self._task_ids, "finished": self.finished,
+            "active": [q.to_dict() for q in self._active],
+            "pending": [t.task_id for t in self._pending],
+            "routing": self.routing.to_dict(), "rules": self.rules.to_dict(),
+            "totals": dict(self.totals), "rng": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, d: Mapping[str, Any]) -> int:
+        """Restore a :meth:`state_dict`; return the last completed server round."""
+        if d.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"checkpoint version {d.get('version')!r} != {CHECKPOINT_VERSION}")
+        if list(d["task_ids"]) != self._task_ids:
+            raise ValueError("checkpoint was written for a different task stream "
+                             "(seed, benchmarks or sizes changed); cannot resume")
+        tasks = {t.task_id: t for t in self._tasks}
+        self.finished = [dict(r) for r in d["finished"]]
+        self._active = [QueryState.from_dict(q, tasks[q["task_id"]]) for q in d["active"]]
+        self._pending = [tasks[i] for i in d["pending"]]
+        self.routing = RoutingTable.from_dict(d["routing"])
+        self.rules = GlobalRuleRepository.from_dict(d["rules"], embedder=self.embedder)
+        self.totals.update(d["totals"])
+        self._rng.bit_generator.state = d["rng"]
+        return int(d["server_round"])
+
     def summary(self, wall_seconds: float = 0.0) -> dict[str, Any]:
         """Run summary: accuracy, rounds/tokens/calls per query, rule repository size."""
-        n = max(1, len(self.finished))
-        per_bench: dict[str, list[bool]] = {}
-        for r in self.finished:
-            per_bench.setdefault(r["benchmark"], []).append(r["correct"])
         rules = self.rules.rules()
         return {
-            "num_queries": len(self.finished),
-            "accuracy": sum(r["correct"] for r in self.finished) / n,
-            "accuracy_by_benchmark": {b: sum(v) / len(v) for b, v in sorted(per_bench.items())},
-            "rounds_per_query": sum(r["rounds"] for r in self.finished) / n,
-            "tokens_per_query": sum(r["tokens"] for r in self.finished) / n,
-            "backend_calls_per_query": sum(r["backend_calls"] for r in self.finished) / n,
-            "stop_reasons": _count(r["stop_reason"] for r in self.finished),
+            **query_metrics(self.finished),
             "num_clients": len(self.clients),
             "rules": {"global_total": len(rules), "global_active": sum(r.active for r in rules)},
             "routing": self.routing.to_dict(),
@@ -413,14 +387,5 @@ class CollaborationEngine:
         }
 
 
-def _count(items: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for x in items:
-        out[x] = out.get(x, 0) + 1
-    return out
-
-
 def _asdict(obj: Any) -> Any:
-    from dataclasses import asdict, is_dataclass
-
     return asdict(obj) if is_dataclass(obj) and not isinstance(obj, type) else obj

@@ -172,6 +172,8 @@ class OutputConfig:
 
     dir: str = ""
     progress: bool = True
+    # continue from checkpoint.json in the output dir (last completed round)
+    resume: bool = False
 
 
 @dataclass
@@ -265,11 +267,12 @@ def config_path(name: str) -> Path:
 def load_config(run_config: dict[str, Any] | None = None) -> PFedMAConfig:
     """Build the run configuration from Flower's ``context.run_config``.
 
-    Recognized run-config keys: ``config-name``, ``overrides``, ``output-dir``, ``data-dir``
+    Recognized run-config keys: ``config-name``, ``overrides``, ``output-dir``, ``data-dir``,
+    ``resume``
     (plus Flower's own). Any other key is rejected so that typos surface.
     """
     rc = dict(run_config or {})
-    known = {"config-name", "overrides", "output-dir", "data-dir"}
+    known = {"config-name", "overrides", "output-dir", "data-dir", "resume"}
     unknown = sorted(k for k in rc if k not in known)
     if unknown:
         raise ConfigError(f"unknown run-config key(s) {unknown}; known: {sorted(known)}")
@@ -283,6 +286,8 @@ def load_config(run_config: dict[str, Any] | None = None) -> PFedMAConfig:
     flat: dict[str, Any] = {}
     if rc.get("output-dir"):
         flat.setdefault("output", {})["dir"] = str(rc["output-dir"])
+    if rc.get("resume"):
+        flat.setdefault("output", {})["resume"] = bool(rc["resume"])
     if rc.get("data-dir"):
         flat.setdefault("data", {})["data_dir"] = str(rc["data-dir"])
     parts.append(OmegaConf.create(flat))

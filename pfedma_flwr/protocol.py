@@ -91,10 +91,14 @@ class ClientDescription:
     domains: tuple[str, ...]
     description: str
     backbone: str = "default"
+    # Stable identity across restarts (node config "client-id", else "partition-<id>"); node
+    # ids are random per run, so routing states and checkpoints are keyed by this instead.
+    client_key: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": 1,
+            "client_key": self.client_key,
             "profile_name": self.profile_name,
             "domains": list(self.domains),
             "description": self.description,
@@ -106,8 +110,8 @@ class ClientDescription:
         if not isinstance(d, dict):
             raise SchemaError("description", "expected an object")
         out: dict[str, Any] = {}
-        for key in ("profile_name", "description", "backbone"):
-            v = d.get(key, "default" if key == "backbone" else None)
+        for key in ("profile_name", "description", "backbone", "client_key"):
+            v = d.get(key, {"backbone": "default", "client_key": ""}.get(key))
             if not isinstance(v, str) or len(v) > lim.max_text_chars:
                 raise SchemaError(f"description.{key}", "expected a bounded string")
             out[key] = v

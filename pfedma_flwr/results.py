@@ -53,8 +53,47 @@ class ResultsWriter:
         out_dir.mkdir(parents=True, exist_ok=True)
         self._rounds = out_dir / "rounds.jsonl"
         self._queries = out_dir / "queries.jsonl"
+        self.checkpoint_path = out_dir / "checkpoint.json"
         for p in (self._rounds, self._queries):
             p.write_text("", encoding="utf-8")
+
+    @classmethod
+    def resume(cls, out_dir: Path, last_round: int, finished: list[dict[str, Any]]
+               ) -> ResultsWriter:
+        """Reopen a run's directory so it matches its checkpoint exactly.
+
+        Rounds after ``last_round`` (written before a crash, but not checkpointed) are dropped
+        and ``queries.jsonl`` is rewritten from the checkpoint's finished queries, so a resumed
+        run neither loses nor duplicates a line.
+        """
+        rounds_path = out_dir / "rounds.jsonl"
+        kept = [ln for ln in rounds_path.read_text(encoding="utf-8").splitlines()
+                if ln.strip() and json.loads(ln).get("round", 0) <= last_round] \
+            if rounds_path.exists() else []
+        self = cls(out_dir)
+        with open(self._rounds, "a", encoding="utf-8") as f:
+            f.writelines(ln + "\n" for ln in kept)
+        for rec in finished:
+            self.query(rec)
+        return self
+
+    @staticmethod
+    def load_checkpoint(out_dir: Path) -> dict[str, Any] | None:
+        """The last checkpoint written in ``out_dir``, if any."""
+        path = out_dir / "checkpoint.json"
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"corrupt checkpoint {path}: {e}; delete it to start over") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"corrupt checkpoint {path}: not a JSON object")
+        return data
+
+    def checkpoint(self, state: dict[str, Any]) -> None:
+        """Write the engine state atomically (after each completed round)."""
+        write_json_atomic(self.checkpoint_path, state)
 
     def _append(self, path: Path, rec: dict[str, Any]) -> None:
         with open(path, "a", encoding="utf-8") as f:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+from logging import INFO, WARNING
 from pathlib import Path
 
 from flwr.app import Context
+from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config, to_yaml
@@ -38,22 +40,39 @@ def output_dir(cfg: PFedMAConfig) -> Path:
 def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     """Everything ``main`` does, callable from tests with any grid."""
     out = output_dir(cfg)
-    writer = ResultsWriter(out)
-    writer.text("config.yaml", to_yaml(cfg))
     tasks = sample_eval_tasks(
         cfg.data.benchmarks, cfg.data.queries_per_benchmark, cfg.seed,
         cfg.data.data_dir or None, dev_pool_per_benchmark=cfg.data.dev_pool_per_benchmark,
     )
     progress = RoundProgress(total=len(tasks), enabled=cfg.output.progress)
+    finished_lines: list[dict[str, object]] = []
 
     def on_query_end(rec: dict[str, object]) -> None:
-        writer.query(rec)
+        finished_lines.append(rec)
         progress.query_done(bool(rec["correct"]))
 
     engine = build_engine(cfg, tasks, on_query_end=on_query_end)
+    ckpt = ResultsWriter.load_checkpoint(out) if cfg.output.resume else None
+    start_round = 0
+    if ckpt is not None:
+        start_round = engine.load_state_dict(ckpt)
+        writer = ResultsWriter.resume(out, start_round, engine.finished)
+        log(INFO, "Resuming from %s after round %d (%d queries already finished)",
+            writer.checkpoint_path, start_round, len(engine.finished))
+    else:
+        if cfg.output.resume:
+            log(WARNING, "resume requested but %s has no checkpoint: starting over", out)
+        writer = ResultsWriter(out)
+    writer.text("config.yaml", to_yaml(cfg))
 
     def on_round_end(server_round: int, record: dict[str, object]) -> None:
+        # Round line, the queries it finished, then the checkpoint: a crash between these
+        # writes is repaired on resume (ResultsWriter.resume trims to the checkpoint).
         writer.round(record)
+        for rec in finished_lines:
+            writer.query(rec)
+        finished_lines.clear()
+        writer.checkpoint(engine.state_dict(server_round))
         progress.round_done(server_round, record)
 
     p = cfg.protocol
@@ -65,12 +84,17 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     )
     try:
         with progress:
-            result = strategy.start(grid)
+            result = strategy.start(grid, start_round=start_round)
     except BaseException:
-        # Keep what was computed: queries finished so far are already in queries.jsonl.
+        # Keep what was computed: finished queries are on disk; record the failure.
+        for rec in finished_lines:
+            writer.query(rec)
         writer.summary({**engine.summary(), "status": "failed"})
         raise
+    for rec in finished_lines:  # queries ended by finish_all() after the last round
+        writer.query(rec)
     summary = {**result.summary, "status": "completed", "output_dir": str(out),
+               "resumed_from_round": start_round,
                "global_rules": [r.to_dict() for r in engine.rules.rules()]}
     writer.summary(summary)
     return summary

@@ -90,6 +90,9 @@ class PFedMA(Strategy):
         self.limits = limits
         self.on_round_end = on_round_end
         self._sent: dict[str, int] = {}
+        # Engine ids are stable client keys; Flower node ids are random per run.
+        self._node_of: dict[str, int] = {}
+        self._key_of: dict[int, str] = {}
 
     # ------------------------------------------------------------------ Flower API
 
@@ -108,7 +111,7 @@ class PFedMA(Strategy):
         self._sent = {}
         msgs = []
         for client_id, instruction in plan.items():
-            node_id = int(client_id)
+            node_id = self._node_of[client_id]
             self._sent[client_id] = node_id
             msgs.append(
                 Message(
@@ -128,7 +131,7 @@ class PFedMA(Strategy):
         parsed: dict[str, ClientReply] = {}
         failures: dict[str, str] = {}
         for msg in replies:
-            client_id = str(msg.metadata.src_node_id)
+            client_id = self._key_of.get(msg.metadata.src_node_id, str(msg.metadata.src_node_id))
             if client_id not in self._sent:
                 log(WARNING, "Reply from node %s that was not asked this round: ignored", client_id)
                 continue
@@ -184,22 +187,35 @@ class PFedMA(Strategy):
             for n in nodes
         ]
         out: dict[str, ClientDescription] = {}
-        for r in grid.send_and_receive(msgs, timeout=self.round_timeout):
-            cid = str(r.metadata.src_node_id)
+        for r in sorted(grid.send_and_receive(msgs, timeout=self.round_timeout),
+                        key=lambda m: m.metadata.src_node_id):
+            node = r.metadata.src_node_id
             if r.has_error():
-                log(WARNING, "Node %s failed the handshake: %s", cid, r.error.reason)
+                log(WARNING, "Node %s failed the handshake: %s", node, r.error.reason)
                 continue
             try:
-                out[cid] = decode_description(r.content, self.limits)
+                desc = decode_description(r.content, self.limits)
             except SchemaError as e:
-                log(WARNING, "Node %s sent a malformed description: %s", cid, e)
+                log(WARNING, "Node %s sent a malformed description: %s", node, e)
+                continue
+            key = desc.client_key or f"node-{node}"
+            if key in out:
+                log(WARNING, "Client key %r claimed twice; node %s becomes %r", key, node,
+                    f"{key}@{node}")
+                key = f"{key}@{node}"
+            out[key] = desc
+            self._node_of[key], self._key_of[node] = node, key
         return out
 
     def start(  # type: ignore[override]
         self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
-        timeout: float | None = None, **_: Any,
+        timeout: float | None = None, *, start_round: int = 0, **_: Any,
     ) -> PFedMAResult:
-        """Run until every query of the stream finished (or ``num_rounds`` Flower rounds)."""
+        """Run until every query of the stream finished (or ``num_rounds`` Flower rounds).
+
+        ``start_round`` is the last completed round of a resumed run (its engine state was
+        restored from a checkpoint); numbering continues after it.
+        """
         t0 = time.time()
         log(INFO, "Starting PFedMA strategy:")
         self.summary()
@@ -212,8 +228,9 @@ class PFedMA(Strategy):
         self.engine.register_clients(descriptions)
         log(INFO, "%d clients registered", len(descriptions))
         result = PFedMAResult()
-        server_round = 0
-        max_rounds = num_rounds if num_rounds is not None else self.engine.max_rounds()
+        server_round = start_round
+        max_rounds = start_round + (num_rounds if num_rounds is not None
+                                    else self.engine.max_rounds())
         round_timeout = timeout if timeout is not None else self.round_timeout
         while not self.engine.done and server_round < max_rounds:
             server_round += 1
