@@ -3,13 +3,17 @@
 Data lives outside the Flower app bundle (the bundle cannot carry ``.gz`` files or 10 MB+), as
 gzip-compressed JSON Lines under a data dir: ``<data_dir>/gsm8k/test.jsonl.gz`` and
 ``<data_dir>/medqa/test.jsonl.gz`` (an uncompressed ``test.jsonl`` next to it also works).
-Provenance and format notes: ``data/SOURCES.md`` in the repository.
+Provenance and format notes: ``data/SOURCES.md`` in the repository. The other benchmarks
+(MATH, MATH-500, AIME24, MedMCQA, AlpacaEval, Mind2Web-SC, PrivacyLens) have their loaders in
+``bench_math``, ``bench_medical``, ``bench_instruct`` and ``bench_agentic``, registered here by
+name; ASB's attack data (not a question-answer benchmark) is loaded by ``bench_asb``.
 """
 
 from __future__ import annotations
 
 import functools
 import gzip
+import importlib
 import json
 import logging
 import os
@@ -24,8 +28,9 @@ from pfedma_flwr.registry import Registry
 logger = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "PFEDMA_DATA_DIR"
-TASK_DOMAINS = ("math", "medicine")
-ANSWER_KINDS = ("number", "option")
+TASK_DOMAINS = ("math", "medicine", "general", "web", "privacy")
+# Same kinds as pfedma_flwr.answers.ANSWER_KINDS: "math" golds are LaTeX, "text" golds free text.
+ANSWER_KINDS = ("number", "option", "math", "text")
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CALC_ANNOTATION = re.compile(r"<<[^>]*>>")
@@ -52,15 +57,16 @@ class Task:
     task_id : str
         Unique id, ``"<benchmark>-<split>-<row>"`` with the 0-based row of the source file.
     benchmark : str
-        Registered benchmark name (``"gsm8k"``, ``"medqa"``).
+        Registered benchmark name (``"gsm8k"``, ``"medqa"``, ...; see :data:`BENCHMARKS`).
     domain : str
         Task domain, one of :data:`TASK_DOMAINS`.
     question : str
         Text shown to agents; multiple-choice questions end with ``"A. ...\nB. ..."`` lines.
     gold : str
-        Canonical gold answer: a number without thousands separators, or an option letter.
+        Canonical gold answer: a number without thousands separators, an option letter, a
+        LaTeX expression (``math``) or free text (``text``: a reference output or a decision).
     answer_kind : str
-        ``"number"`` or ``"option"``.
+        One of :data:`ANSWER_KINDS` (``"number"``, ``"option"``, ``"math"``, ``"text"``).
     options : dict[str, str]
         Letter → option text for multiple choice, else empty. Excluded from hashing.
     sensitive_items : tuple[str, ...]
@@ -68,6 +74,11 @@ class Task:
     rationale : str
         Worked solution usable as a few-shot demonstration (GSM8K: the reference solution without
         calculator annotations; empty where the source has none).
+    violated_rules : tuple[str, ...]
+        Ground-truth violated rules ``V_j`` of a guard benchmark (Mind2Web-SC), else empty.
+    meta : dict[str, str]
+        Source metadata kept for stratified reports (subject, level, source name, ...).
+        Excluded from hashing.
     """
 
     task_id: str
@@ -79,6 +90,8 @@ class Task:
     options: dict[str, str] = field(default_factory=dict, hash=False)
     sensitive_items: tuple[str, ...] = ()
     rationale: str = ""
+    violated_rules: tuple[str, ...] = ()
+    meta: dict[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("task_id", "benchmark", "question", "gold"):
@@ -94,6 +107,8 @@ class Task:
         # Copies keep a frozen task independent of the caller's containers.
         object.__setattr__(self, "options", dict(self.options))
         object.__setattr__(self, "sensitive_items", tuple(self.sensitive_items))
+        object.__setattr__(self, "violated_rules", tuple(self.violated_rules))
+        object.__setattr__(self, "meta", dict(self.meta))
         if self.answer_kind == "option" and self.gold not in self.options:
             raise ValueError(
                 f"Task {self.task_id}: gold option {self.gold!r} not among {sorted(self.options)}"
@@ -142,6 +157,21 @@ def _benchmark_file(data_dir: str | os.PathLike[str], name: str) -> Path:
     )
 
 
+def find_data_file(data_dir: str | os.PathLike[str], relative: str) -> Path:
+    """``<data_dir>/<relative>.gz``, else the uncompressed ``<data_dir>/<relative>``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If neither exists, naming the expected path and how to fix it.
+    """
+    base = Path(data_dir) / relative
+    for candidate in (base.with_name(base.name + ".gz"), base):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"benchmark file {str(base) + '.gz'!r} not found; {_FIX_HINT}")
+
+
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, row)`` for each non-blank line (1-based line numbers)."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -158,6 +188,49 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield lineno, row
 
 
+_WS = re.compile(r"\s*")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    match = _WS.match(text, pos)
+    return match.end() if match else pos
+
+
+def _read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, item)`` for each object of a top-level JSON array file.
+
+    The line is where the item starts (1-based), so format errors can name ``file:line`` as for
+    JSON Lines files.
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        text = fh.read()
+    decoder = json.JSONDecoder()
+    pos = _skip_ws(text, 0)
+    if not text.startswith("[", pos):
+        raise DataFormatError(f"{path}:1: expected a JSON array of objects")
+    pos = _skip_ws(text, pos + 1)
+    line, counted = 1, 0
+    while not text.startswith("]", pos):
+        try:
+            item, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        line += text.count("\n", counted, pos)
+        counted = pos
+        if not isinstance(item, dict):
+            raise DataFormatError(f"{path}:{line}: expected a JSON object per array item")
+        yield line, item
+        pos = _skip_ws(text, end)
+        if text.startswith(",", pos):
+            pos = _skip_ws(text, pos + 1)
+        elif not text.startswith("]", pos):
+            line += text.count("\n", counted, pos)
+            raise DataFormatError(f"{path}:{line}: expected ',' or ']' after an array item")
+        if pos >= len(text):
+            raise DataFormatError(f"{path}: unterminated JSON array")
+
+
 def _field(row: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     if key not in row:
         raise DataFormatError(f"{where}: missing key {key!r} (keys: {sorted(row)})")
@@ -167,6 +240,11 @@ def _field(row: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
             f"{where}: key {key!r} must be {kind.__name__}, got {type(value).__name__}"
         )
     return value
+
+
+def _meta(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, str]:
+    """``{key: str(row[key])}`` for the ``keys`` present (and not null) in ``row``."""
+    return {key: str(row[key]) for key in keys if row.get(key) is not None}
 
 
 def parse_gsm8k_answer(answer: str) -> tuple[str, str]:
@@ -249,6 +327,36 @@ BenchmarkLoader = Callable[[Path], list[Task]]
 BENCHMARKS: Registry[BenchmarkLoader] = Registry("benchmark")
 BENCHMARKS.add("gsm8k", load_gsm8k)
 BENCHMARKS.add("medqa", load_medqa)
+
+# Loaders living in sibling modules (they import this one, so they are imported on first use).
+_EXTRA_LOADERS = {
+    "math": "bench_math:load_math",
+    "math500": "bench_math:load_math500",
+    "aime24": "bench_math:load_aime24",
+    "medmcqa": "bench_medical:load_medmcqa",
+    "alpacaeval": "bench_instruct:load_alpacaeval",
+    "mind2web_sc": "bench_agentic:load_mind2web_sc",
+    "privacylens": "bench_agentic:load_privacylens",
+    "privacylens_confaide": "bench_agentic:load_privacylens_confaide",
+    "privacylens_culturebank": "bench_agentic:load_privacylens_culturebank",
+}
+
+
+def _lazy_loader(target: str) -> BenchmarkLoader:
+    module, attr = target.split(":")
+
+    def load(data_dir: Path) -> list[Task]:
+        loader: BenchmarkLoader = getattr(
+            importlib.import_module(f"{__package__}.{module}"), attr
+        )
+        return loader(data_dir)
+
+    load.__name__ = load.__qualname__ = attr
+    return load
+
+
+for _name, _target in _EXTRA_LOADERS.items():
+    BENCHMARKS.add(_name, _lazy_loader(_target))
 
 
 @functools.lru_cache(maxsize=16)

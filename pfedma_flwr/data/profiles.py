@@ -18,7 +18,12 @@ KNOWLEDGE_DOMAINS = (
 )
 
 # Task domain (benchmarks.TASK_DOMAINS) → knowledge domain of the profiles.
-TASK_TO_KNOWLEDGE_DOMAIN = {"math": "math", "medicine": "medicine"}
+# Web-agent safety decisions (Mind2Web-SC) need no specialist knowledge; privacy norms
+# (PrivacyLens) are closest to the law profiles.
+TASK_TO_KNOWLEDGE_DOMAIN = {
+    "math": "math", "medicine": "medicine", "general": "general", "web": "general",
+    "privacy": "law",
+}
 
 
 @dataclass(frozen=True)
