@@ -8,9 +8,24 @@ rejected with a reason instead of crashing the server loop.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pfedma_flwr.validation import (
+    DEFAULT_LIMITS,
+    Limits,
+    SchemaError,
+    choice_,
+    float_,
+    int_,
+    list_,
+    no_extra,
+    obj_,
+    req,
+    str_,
+    strs_,
+    unit_,
+)
 
 SCHEMA_VERSION = 1
 
@@ -19,107 +34,6 @@ RuleAction = Literal["redact", "generalize", "refuse"]
 RULE_SCOPES: tuple[str, ...] = ("query", "response")
 RULE_ACTIONS: tuple[str, ...] = ("redact", "generalize", "refuse")
 ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
-
-
-class SchemaError(ValueError):
-    """A value that crossed (or would cross) the wire is malformed; ``path`` names where."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Size caps for untrusted payloads (configurable under ``protocol.limits``)."""
-
-    max_text_chars: int = 8000
-    max_claims: int = 16
-    max_evidence: int = 8
-    max_items: int = 256
-    max_rules: int = 512
-
-    def __post_init__(self) -> None:
-        for name in ("max_text_chars", "max_claims", "max_evidence", "max_items", "max_rules"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
-
-
-DEFAULT_LIMITS = Limits()
-
-
-# --------------------------------------------------------------------------- validators
-
-
-def _obj(v: Any, path: str) -> dict[str, Any]:
-    if not isinstance(v, dict):
-        raise SchemaError(path, f"expected an object, got {type(v).__name__}")
-    return v
-
-
-def _str(v: Any, path: str, lim: Limits, *, allow_empty: bool = True) -> str:
-    if not isinstance(v, str):
-        raise SchemaError(path, f"expected a string, got {type(v).__name__}")
-    if len(v) > lim.max_text_chars:
-        raise SchemaError(path, f"string of {len(v)} chars exceeds cap {lim.max_text_chars}")
-    if not allow_empty and not v.strip():
-        raise SchemaError(path, "must not be empty")
-    return v
-
-
-def _int(v: Any, path: str, *, lo: int = 0, hi: int = 2**62) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise SchemaError(path, f"expected an integer, got {type(v).__name__}")
-    if not lo <= v <= hi:
-        raise SchemaError(path, f"{v} outside [{lo}, {hi}]")
-    return v
-
-
-def _float(v: Any, path: str, *, lo: float = -math.inf, hi: float = math.inf) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise SchemaError(path, f"expected a number, got {type(v).__name__}")
-    f = float(v)
-    if not math.isfinite(f):
-        raise SchemaError(path, f"must be finite, got {v!r}")
-    if not lo <= f <= hi:
-        raise SchemaError(path, f"{f} outside [{lo}, {hi}]")
-    return f
-
-
-def _unit(v: Any, path: str) -> float:
-    return _float(v, path, lo=0.0, hi=1.0)
-
-
-def _list(v: Any, path: str, cap: int) -> list[Any]:
-    if not isinstance(v, list):
-        raise SchemaError(path, f"expected a list, got {type(v).__name__}")
-    if len(v) > cap:
-        raise SchemaError(path, f"list of {len(v)} items exceeds cap {cap}")
-    return v
-
-
-def _strs(v: Any, path: str, lim: Limits, cap: int | None = None) -> tuple[str, ...]:
-    items = _list(v, path, cap if cap is not None else lim.max_items)
-    return tuple(_str(x, f"{path}[{k}]", lim) for k, x in enumerate(items))
-
-
-def _choice(v: Any, path: str, choices: tuple[str, ...]) -> str:
-    if v not in choices:
-        raise SchemaError(path, f"{v!r} is not one of {list(choices)}")
-    return str(v)
-
-
-def _no_extra(d: dict[str, Any], path: str, allowed: set[str]) -> None:
-    extra = sorted(set(d) - allowed)
-    if extra:
-        raise SchemaError(path, f"unexpected field(s) {extra}")
-
-
-def _req(d: dict[str, Any], key: str, path: str) -> Any:
-    if key not in d:
-        raise SchemaError(f"{path}.{key}", "missing required field")
-    return d[key]
 
 
 # --------------------------------------------------------------------------- responses
@@ -137,11 +51,11 @@ class Claim:
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "claim", lim: Limits = DEFAULT_LIMITS) -> Claim:
-        d = _obj(d, path)
-        _no_extra(d, path, {"claim", "evidence"})
+        d = obj_(d, path)
+        no_extra(d, path, {"claim", "evidence"})
         return cls(
-            claim=_str(_req(d, "claim", path), f"{path}.claim", lim),
-            evidence=_strs(d.get("evidence", []), f"{path}.evidence", lim, lim.max_evidence),
+            claim=str_(req(d, "claim", path), f"{path}.claim", lim),
+            evidence=strs_(d.get("evidence", []), f"{path}.evidence", lim, lim.max_evidence),
         )
 
 
@@ -177,21 +91,21 @@ class StructuredResponse:
     def from_dict(
         cls, d: Any, path: str = "response", lim: Limits = DEFAULT_LIMITS
     ) -> StructuredResponse:
-        d = _obj(d, path)
-        _no_extra(d, path, {"final_answer", "claims", "domain_fit", "self_confidence"})
-        fa = _req(d, "final_answer", path)
+        d = obj_(d, path)
+        no_extra(d, path, {"final_answer", "claims", "domain_fit", "self_confidence"})
+        fa = req(d, "final_answer", path)
         # Models often emit numbers as JSON numbers; the wire form is text.
         if isinstance(fa, int | float) and not isinstance(fa, bool):
-            _float(fa, f"{path}.final_answer")
+            float_(fa, f"{path}.final_answer")
             fa = str(fa)
-        claims = _list(d.get("claims", []), f"{path}.claims", lim.max_claims)
+        claims = list_(d.get("claims", []), f"{path}.claims", lim.max_claims)
         return cls(
-            final_answer=_str(fa, f"{path}.final_answer", lim),
+            final_answer=str_(fa, f"{path}.final_answer", lim),
             claims=tuple(
                 Claim.from_dict(c, f"{path}.claims[{k}]", lim) for k, c in enumerate(claims)
             ),
-            domain_fit=_unit(d.get("domain_fit", 0.0), f"{path}.domain_fit"),
-            self_confidence=_unit(d.get("self_confidence", 0.0), f"{path}.self_confidence"),
+            domain_fit=unit_(d.get("domain_fit", 0.0), f"{path}.domain_fit"),
+            self_confidence=unit_(d.get("self_confidence", 0.0), f"{path}.self_confidence"),
         )
 
 
@@ -221,15 +135,15 @@ class RuleCandidate:
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "candidate", lim: Limits = DEFAULT_LIMITS) -> RuleCandidate:
-        d = _obj(d, path)
-        _no_extra(d, path, {"text", "category", "scope", "action", "entity_types", "patterns"})
+        d = obj_(d, path)
+        no_extra(d, path, {"text", "category", "scope", "action", "entity_types", "patterns"})
         return cls(
-            text=_str(_req(d, "text", path), f"{path}.text", lim, allow_empty=False),
-            category=_str(_req(d, "category", path), f"{path}.category", lim, allow_empty=False),
-            scope=_choice(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
-            action=_choice(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
-            entity_types=_strs(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
-            patterns=_strs(d.get("patterns", []), f"{path}.patterns", lim, 32),
+            text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
+            category=str_(req(d, "category", path), f"{path}.category", lim, allow_empty=False),
+            scope=choice_(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
+            action=choice_(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
+            entity_types=strs_(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
+            patterns=strs_(d.get("patterns", []), f"{path}.patterns", lim, 32),
         )
 
 
@@ -266,23 +180,23 @@ class GlobalRule:
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "rule", lim: Limits = DEFAULT_LIMITS) -> GlobalRule:
-        d = _obj(d, path)
-        _no_extra(d, path, set(cls.__dataclass_fields__))
+        d = obj_(d, path)
+        no_extra(d, path, set(cls.__dataclass_fields__))
         active = d.get("active", True)
         if not isinstance(active, bool):
             raise SchemaError(f"{path}.active", f"expected a boolean, got {type(active).__name__}")
         return cls(
-            rule_id=_str(_req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
-            text=_str(_req(d, "text", path), f"{path}.text", lim, allow_empty=False),
-            category=_str(_req(d, "category", path), f"{path}.category", lim, allow_empty=False),
-            scope=_choice(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
-            action=_choice(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
-            entity_types=_strs(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
-            patterns=_strs(d.get("patterns", []), f"{path}.patterns", lim, 32),
-            h_score=_float(d.get("h_score", 0.0), f"{path}.h_score", lo=-1.0, hi=1.0),
-            n_evals=_int(d.get("n_evals", 0), f"{path}.n_evals"),
+            rule_id=str_(req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
+            text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
+            category=str_(req(d, "category", path), f"{path}.category", lim, allow_empty=False),
+            scope=choice_(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
+            action=choice_(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
+            entity_types=strs_(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
+            patterns=strs_(d.get("patterns", []), f"{path}.patterns", lim, 32),
+            h_score=float_(d.get("h_score", 0.0), f"{path}.h_score", lo=-1.0, hi=1.0),
+            n_evals=int_(d.get("n_evals", 0), f"{path}.n_evals"),
             active=active,
-            created_round=_int(d.get("created_round", 0), f"{path}.created_round"),
+            created_round=int_(d.get("created_round", 0), f"{path}.created_round"),
         )
 
 
@@ -311,14 +225,14 @@ class RuleFeedback:
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "feedback", lim: Limits = DEFAULT_LIMITS) -> RuleFeedback:
-        d = _obj(d, path)
-        _no_extra(d, path, {"rule_id", "d_trigger", "d_valid", "d_conflict"})
+        d = obj_(d, path)
+        no_extra(d, path, {"rule_id", "d_trigger", "d_valid", "d_conflict"})
         try:
             return cls(
-                rule_id=_str(_req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
-                d_trigger=_int(_req(d, "d_trigger", path), f"{path}.d_trigger", hi=10**9),
-                d_valid=_int(_req(d, "d_valid", path), f"{path}.d_valid", hi=10**9),
-                d_conflict=_int(_req(d, "d_conflict", path), f"{path}.d_conflict", hi=10**9),
+                rule_id=str_(req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
+                d_trigger=int_(req(d, "d_trigger", path), f"{path}.d_trigger", hi=10**9),
+                d_valid=int_(req(d, "d_valid", path), f"{path}.d_valid", hi=10**9),
+                d_conflict=int_(req(d, "d_conflict", path), f"{path}.d_conflict", hi=10**9),
             )
         except SchemaError as e:
             if e.path == "feedback":
@@ -352,15 +266,15 @@ class RoutedQuery:
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "query", lim: Limits = DEFAULT_LIMITS) -> RoutedQuery:
-        d = _obj(d, path)
-        _no_extra(d, path, {"query_id", "text", "domain", "round", "refinement", "answer_kind"})
+        d = obj_(d, path)
+        no_extra(d, path, {"query_id", "text", "domain", "round", "refinement", "answer_kind"})
         return cls(
-            query_id=_str(_req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
-            text=_str(_req(d, "text", path), f"{path}.text", lim, allow_empty=False),
-            domain=_str(_req(d, "domain", path), f"{path}.domain", lim),
-            round=_int(_req(d, "round", path), f"{path}.round", lo=1, hi=10**6),
-            refinement=_str(d.get("refinement", ""), f"{path}.refinement", lim),
-            answer_kind=_choice(d.get("answer_kind", "text"), f"{path}.answer_kind", ANSWER_KINDS),
+            query_id=str_(req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
+            text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
+            domain=str_(req(d, "domain", path), f"{path}.domain", lim),
+            round=int_(req(d, "round", path), f"{path}.round", lo=1, hi=10**6),
+            refinement=str_(d.get("refinement", ""), f"{path}.refinement", lim),
+            answer_kind=choice_(d.get("answer_kind", "text"), f"{path}.answer_kind", ANSWER_KINDS),
         )
 
 
@@ -384,13 +298,13 @@ class RespondInstruction:
     def from_dict(
         cls, d: Any, path: str = "instruction", lim: Limits = DEFAULT_LIMITS
     ) -> RespondInstruction:
-        d = _obj(d, path)
+        d = obj_(d, path)
         _check_version(d, path)
-        _no_extra(d, path, {"schema_version", "server_round", "queries", "global_rules"})
-        qs = _list(_req(d, "queries", path), f"{path}.queries", lim.max_items)
-        rs = _list(d.get("global_rules", []), f"{path}.global_rules", lim.max_rules)
+        no_extra(d, path, {"schema_version", "server_round", "queries", "global_rules"})
+        qs = list_(req(d, "queries", path), f"{path}.queries", lim.max_items)
+        rs = list_(d.get("global_rules", []), f"{path}.global_rules", lim.max_rules)
         return cls(
-            server_round=_int(_req(d, "server_round", path), f"{path}.server_round", lo=1),
+            server_round=int_(req(d, "server_round", path), f"{path}.server_round", lo=1),
             queries=tuple(
                 RoutedQuery.from_dict(q, f"{path}.queries[{k}]", lim) for k, q in enumerate(qs)
             ),
@@ -429,21 +343,21 @@ class ProcessedResponse:
     def from_dict(
         cls, d: Any, path: str = "processed", lim: Limits = DEFAULT_LIMITS
     ) -> ProcessedResponse:
-        d = _obj(d, path)
-        _no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens"})
+        d = obj_(d, path)
+        no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens"})
         raw = d.get("response")
         for key in ("format_ok", "refused"):
             if not isinstance(d.get(key, False), bool):
                 raise SchemaError(f"{path}.{key}", "expected a boolean")
         return cls(
-            query_id=_str(_req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
+            query_id=str_(req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
             response=None
             if raw is None
             else StructuredResponse.from_dict(raw, f"{path}.response", lim),
             format_ok=bool(d.get("format_ok", True)),
             refused=bool(d.get("refused", False)),
-            error=_str(d.get("error", ""), f"{path}.error", lim),
-            tokens=_int(d.get("tokens", 0), f"{path}.tokens", hi=10**9),
+            error=str_(d.get("error", ""), f"{path}.error", lim),
+            tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=10**9),
         )
 
 
@@ -473,14 +387,14 @@ class ClientReply:
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "reply", lim: Limits = DEFAULT_LIMITS) -> ClientReply:
-        d = _obj(d, path)
+        d = obj_(d, path)
         _check_version(d, path)
         allowed = {"schema_version", "responses", "candidates", "feedback", "backend_calls"}
-        _no_extra(d, path, allowed | {"tokens", "gen_seconds", "extra"})
-        rs = _list(_req(d, "responses", path), f"{path}.responses", lim.max_items)
-        cs = _list(d.get("candidates", []), f"{path}.candidates", lim.max_items)
-        fs = _list(d.get("feedback", []), f"{path}.feedback", lim.max_rules)
-        extra = _obj(d.get("extra", {}), f"{path}.extra")
+        no_extra(d, path, allowed | {"tokens", "gen_seconds", "extra"})
+        rs = list_(req(d, "responses", path), f"{path}.responses", lim.max_items)
+        cs = list_(d.get("candidates", []), f"{path}.candidates", lim.max_items)
+        fs = list_(d.get("feedback", []), f"{path}.feedback", lim.max_rules)
+        extra = obj_(d.get("extra", {}), f"{path}.extra")
         if len(extra) > lim.max_items:
             raise SchemaError(f"{path}.extra", f"{len(extra)} entries exceed cap {lim.max_items}")
         return cls(
@@ -494,11 +408,11 @@ class ClientReply:
             feedback=tuple(
                 RuleFeedback.from_dict(f, f"{path}.feedback[{k}]", lim) for k, f in enumerate(fs)
             ),
-            backend_calls=_int(d.get("backend_calls", 0), f"{path}.backend_calls", hi=10**9),
-            tokens=_int(d.get("tokens", 0), f"{path}.tokens", hi=10**12),
-            gen_seconds=_float(d.get("gen_seconds", 0.0), f"{path}.gen_seconds", lo=0.0),
+            backend_calls=int_(d.get("backend_calls", 0), f"{path}.backend_calls", hi=10**9),
+            tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=10**12),
+            gen_seconds=float_(d.get("gen_seconds", 0.0), f"{path}.gen_seconds", lo=0.0),
             extra={
-                _str(k, f"{path}.extra key", lim): _float(v, f"{path}.extra.{k}")
+                str_(k, f"{path}.extra key", lim): float_(v, f"{path}.extra.{k}")
                 for k, v in extra.items()
             },
         )
