@@ -1,42 +1,124 @@
-"""ClientApp: one PFedMA agent per node; state lives in ``context.state`` between messages."""
+"""ClientApp: one PFedMA agent per node; state lives in ``context.state`` between messages.
+
+With a ``state-dir`` in the node config (deployment), the agent's private state (``Ω_local``,
+rule counters, ``X_i``) is also kept in a node-local :class:`~pfedma_flwr.persistence.StateStore`
+so it survives a SuperNode restart and later runs, and every outgoing message is summarized in
+``<state-dir>/audit-<client>.jsonl`` (``<client>``: the node's ``client-id``, else
+``p<partition-id>``) (:mod:`pfedma_flwr.audit`). Without one, only
+``context.state`` is used and the audit keeps counters there.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+from pathlib import Path
+from typing import Any
 
-from flwr.app import ConfigRecord, Context, Message
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from pfedma_flwr.audit import add_to_counters, append_record, summarize_payload
 from pfedma_flwr.client_agent import AgentState, ClientAgent
-from pfedma_flwr.client_components import build_agent
-from pfedma_flwr.protocol import decode_instruction, encode_description, encode_reply
+from pfedma_flwr.client_components import build_agent, node_identity
+from pfedma_flwr.persistence import StateStore, validate_key
+from pfedma_flwr.protocol import (
+    JSON_FIELD,
+    PAYLOAD_KEY,
+    decode_instruction,
+    encode_description,
+    encode_reply,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 STATE_KEY = "pfedma-agent-state"
+AUDIT_KEY = "pfedma-audit"
+logger = logging.getLogger(__name__)
 app = ClientApp()
 
 
+def state_store(node_config: dict[str, Any]) -> tuple[StateStore, str] | None:
+    """The node's persistent store and this agent's key, or ``None`` without ``state-dir``."""
+    state_dir = str(node_config.get("state-dir", "") or "").strip()
+    if not state_dir:
+        return None
+    return StateStore(state_dir), f"agent-{_client_suffix(node_config)}"
+
+
+def _client_suffix(node_config: dict[str, Any]) -> str:
+    """File-name part identifying this client: its ``client-id``, else ``p<partition-id>``."""
+    client_id = str(node_config.get("client-id", "") or "").strip()
+    if client_id:
+        return validate_key(client_id)
+    pid, _ = node_identity(node_config)
+    return f"p{pid}"
+
+
 def load_state(context: Context, agent: ClientAgent) -> AgentState:
-    """The agent's private state; a missing key means first participation."""
-    if STATE_KEY not in context.state.config_records:
+    """The agent's private state: this run's ``context.state``, else the node's store, else new.
+
+    Raises
+    ------
+    pfedma_flwr.persistence.StateCorruptError
+        If the stored state cannot be read; the file has been moved aside (not deleted) and the
+        next message starts from a fresh state.
+    """
+    if STATE_KEY in context.state.config_records:
+        raw = context.state.config_records[STATE_KEY]["json"]
+        return AgentState.from_dict(json.loads(str(raw)))
+    store = state_store(dict(context.node_config))
+    if store is None:
         return agent.new_state()
-    raw = context.state.config_records[STATE_KEY]["json"]
-    return AgentState.from_dict(json.loads(str(raw)))
+    st, key = store
+    payload = st.load(key)
+    if payload is None:
+        return agent.new_state()
+    try:
+        state = AgentState.from_dict(payload)
+    except ValueError as e:
+        st.quarantine(key, f"agent state payload: {e}")  # moves the file aside and raises
+    if state.rules.mode != agent.mode:
+        logger.warning("stored client state has rules.mode %s but this run uses %s; use a "
+                       "separate state-dir per experiment condition", state.rules.mode.value,
+                       agent.mode.value)
+    logger.info("restored client state %s (%d rounds)", st.path(key), state.rounds)
+    return state
 
 
 def save_state(context: Context, state: AgentState) -> None:
-    """Store the agent's private state for the next message of this run."""
-    context.state[STATE_KEY] = ConfigRecord({"json": json.dumps(state.to_dict())})
+    """Store the agent's private state for the next message (and on disk with a state dir)."""
+    payload = state.to_dict()
+    context.state[STATE_KEY] = ConfigRecord({"json": json.dumps(payload)})
+    store = state_store(dict(context.node_config))
+    if store is not None:
+        store[0].save(store[1], payload)
+
+
+def audit(context: Context, message_type: str, content: RecordDict) -> None:
+    """Record the size/field summary of an outgoing payload (JSONL in state-dir, or counters)."""
+    payload = str(content.config_records[PAYLOAD_KEY][JSON_FIELD])
+    record = summarize_payload(message_type, payload)
+    node = dict(context.node_config)
+    state_dir = str(node.get("state-dir", "") or "").strip()
+    if state_dir:
+        append_record(Path(state_dir).expanduser() / f"audit-{_client_suffix(node)}.jsonl",
+                      {**record, "run_id": int(context.run_id)})
+        return
+    old = context.state.config_records.get(AUDIT_KEY)
+    counters = {str(k): v for k, v in old.items() if isinstance(v, int)} if old is not None else {}
+    context.state[AUDIT_KEY] = ConfigRecord(dict(add_to_counters(counters, record)))
 
 
 @app.query("describe")
 def describe(msg: Message, context: Context) -> Message:
     """Announce this node's public profile."""
     agent = build_agent(dict(context.run_config), dict(context.node_config))
-    return Message(encode_description(agent.describe()), reply_to=msg)
+    content = encode_description(agent.describe())
+    audit(context, msg.metadata.message_type, content)
+    return Message(content, reply_to=msg)
 
 
 @app.query("respond")
@@ -47,4 +129,6 @@ def respond(msg: Message, context: Context) -> Message:
     state = load_state(context, agent)
     reply = agent.respond(instruction, state)
     save_state(context, state)
-    return Message(encode_reply(reply), reply_to=msg)
+    content = encode_reply(reply)
+    audit(context, msg.metadata.message_type, content)
+    return Message(content, reply_to=msg)
