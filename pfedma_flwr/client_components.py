@@ -13,7 +13,6 @@ from pfedma_flwr.data.profiles import profile_for_client
 from pfedma_flwr.data.split import dev_pool
 from pfedma_flwr.embeddings import get_embedder
 from pfedma_flwr.rules.pii import get_recognizer
-from pfedma_flwr.schema import Limits
 from pfedma_flwr.server_components import make_configured_backend
 
 
@@ -51,7 +50,6 @@ def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
     private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=cfg.seed)
     names = [str(node["profile"])] if node.get("profile") else a.profiles or None
     profile = profile_for_client(0 if node.get("profile") else pid, names)
-    p = cfg.protocol
     return ClientAgent(
         profile=profile, backend=make_configured_backend(a.backend),
         private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
@@ -59,7 +57,7 @@ def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
         few_shot=a.few_shot, experience_size=a.experience_size,
         max_tokens=a.backend.max_tokens, temperature=a.backend.temperature,
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
-        limits=Limits(p.max_text_chars, p.max_claims, p.max_evidence, p.max_items, p.max_rules),
+        limits=cfg.protocol.limits(),
         client_key=str(node.get("client-id", "")) or f"partition-{pid}",
     )
 

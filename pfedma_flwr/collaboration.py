@@ -80,6 +80,7 @@ class CollaborationEngine:
         self._active: list[QueryState] = []
         self.finished: list[dict[str, Any]] = []
         self.clients: dict[str, ClientDescription] = {}
+        self._available: list[str] = []
         self._profile_emb: dict[str, np.ndarray] = {}
         self._rng = np.random.default_rng(settings.seed)
         self._n_tasks = len(tasks)
@@ -130,10 +131,17 @@ class CollaborationEngine:
         while self._pending and len(self._active) < self.settings.batch_size:
             self._active.append(QueryState(task=self._pending.pop()))
 
-    def plan_round(self, server_round: int) -> dict[str, RespondInstruction]:
-        """Route every active query; return one instruction per selected client."""
+    def plan_round(
+        self, server_round: int, available: Sequence[str] | None = None
+    ) -> dict[str, RespondInstruction]:
+        """Route every active query; return one instruction per selected client.
+
+        ``available`` restricts routing to clients currently connected (default: all
+        registered clients).
+        """
         if not self.clients:
             raise RuntimeError("plan_round before register_clients")
+        self._available = [c for c in self.clients if available is None or c in set(available)]
         s = self.settings
         global_rules = [r for r in self.rules.rules() if r.active]
         per_client: dict[str, list[RoutedQuery]] = {}
@@ -171,7 +179,7 @@ class CollaborationEngine:
                                profile=self.clients[c].description,
                                profile_embedding=self._profile_emb[c],
                                asked_for_this_query=c in q.asked)
-                for c in self.clients
+                for c in self._available
             ]
             sel = self.orchestrator.select(
                 OrchestratorQuery(query_id=q.task.task_id, text=q.task.question, domain=domain,
@@ -179,7 +187,7 @@ class CollaborationEngine:
                 q.z, candidates, round=q.t + 1, k_max=s.k_max,
             )
             try:
-                sel = validate_selection(sel, list(self.clients), s.k_max)
+                sel = validate_selection(sel, self._available, s.k_max)
             except ValueError as e:
                 # A plug-in policy's malformed action ends the query (R_fmt = -1 in §3.11).
                 self.totals["invalid_selections"] += 1

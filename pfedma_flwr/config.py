@@ -16,6 +16,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pfedma_flwr.validation import Limits
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 RULE_MODES = ("full", "NR", "SR", "LE", "G2L", "L2G")
@@ -164,6 +166,14 @@ class ProtocolConfig:
     max_evidence: int = 8
     max_items: int = 256
     max_rules: int = 512
+    # whole reply cap in characters, checked before parsing
+    max_payload_chars: int = 16_000_000
+
+    def limits(self) -> Limits:
+        """The validation caps for :mod:`pfedma_flwr.protocol`."""
+        return Limits(max_text_chars=self.max_text_chars, max_claims=self.max_claims,
+                      max_evidence=self.max_evidence, max_items=self.max_items,
+                      max_rules=self.max_rules, max_payload_chars=self.max_payload_chars)
 
 
 @dataclass

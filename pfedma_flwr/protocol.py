@@ -55,10 +55,12 @@ def _decode_json(content: RecordDict, what: str, max_bytes: int) -> Any:
 
 
 def payload_cap(lim: Limits) -> int:
-    """Upper bound on a sane payload's JSON size derived from the caps (chars)."""
+    """Largest JSON payload accepted (chars): the configured cap, or less if the field caps
+    cannot add up to it."""
     per_text = lim.max_text_chars + 64
     per_response = per_text * (2 + lim.max_claims * (1 + lim.max_evidence))
-    return lim.max_items * per_response + lim.max_rules * per_text * 8
+    derived = lim.max_items * per_response + lim.max_rules * per_text * 8
+    return min(derived, lim.max_payload_chars)
 
 
 def encode_instruction(ins: RespondInstruction) -> RecordDict:

@@ -15,7 +15,6 @@ from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config, to_yaml
 from pfedma_flwr.data.split import sample_eval_tasks
 from pfedma_flwr.progress import RoundProgress
 from pfedma_flwr.results import ResultsWriter
-from pfedma_flwr.schema import Limits
 from pfedma_flwr.server_components import build_engine
 from strategies.pfedma import PFedMA
 
@@ -75,11 +74,10 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
         writer.checkpoint(engine.state_dict(server_round))
         progress.round_done(server_round, record)
 
-    p = cfg.protocol
     strategy = PFedMA(
         engine=engine, round_timeout=cfg.strategy.round_timeout,
         min_nodes=cfg.strategy.min_nodes, node_wait_timeout=cfg.strategy.node_wait_timeout,
-        limits=Limits(p.max_text_chars, p.max_claims, p.max_evidence, p.max_items, p.max_rules),
+        limits=cfg.protocol.limits(),
         on_round_end=on_round_end,
     )
     try:

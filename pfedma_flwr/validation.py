@@ -25,9 +25,12 @@ class Limits:
     max_evidence: int = 8
     max_items: int = 256
     max_rules: int = 512
+    # whole-message cap, checked before JSON parsing so a huge reply costs no parse time
+    max_payload_chars: int = 16_000_000
 
     def __post_init__(self) -> None:
-        for name in ("max_text_chars", "max_claims", "max_evidence", "max_items", "max_rules"):
+        for name in ("max_text_chars", "max_claims", "max_evidence", "max_items", "max_rules",
+                     "max_payload_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
 

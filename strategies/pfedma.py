@@ -107,7 +107,11 @@ class PFedMA(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Route every active query and build one ``query.respond`` message per selected node."""
-        plan = self.engine.plan_round(server_round)
+        # A node that left (SIGTERM) or expired (missed heartbeats) is not routed to again.
+        live = set(grid.get_node_ids())
+        plan = self.engine.plan_round(
+            server_round, available=[k for k, n in self._node_of.items() if n in live]
+        )
         self._sent = {}
         msgs = []
         for client_id, instruction in plan.items():

@@ -118,3 +118,33 @@ def test_promoted_rule_reaches_clients_next_round(federation, tmp_path: Path):
     # nothing the server logged contains the leaked address
     for name in ("rounds.jsonl", "queries.jsonl", "summary.json"):
         assert canary not in (tmp_path / "out" / name).read_text()
+
+
+def test_departed_node_is_not_routed_to_again(federation, tmp_path: Path):
+    # After the handshake node 0 leaves the federation (get_node_ids drops it, as after a
+    # SIGTERM or heartbeat expiry): no query may be routed to it.
+    from tests.fakegrid import FakeGrid
+
+    gone = []
+
+    def get_node_ids(self):
+        return [n for n in self.node_ids if n not in gone]
+
+    original = FakeGrid.get_node_ids
+    FakeGrid.get_node_ids = get_node_ids
+    try:
+        def responder(msgs):
+            return answer_json(str(len(msgs[0]["content"])))
+
+        def leave_after_handshake(msg, ctx):
+            from client_apps.agent_app import app
+            reply = app(msg, ctx)
+            gone.append(ctx.node_id)
+            return reply
+
+        summary, grid = federation(num_nodes=4, behaviour={0: leave_after_handshake},
+                                   responder=responder)
+    finally:
+        FakeGrid.get_node_ids = original
+    assert all(m.metadata.dst_node_id != grid.node_ids[0] for m in _respond_msgs(grid))
+    assert summary["num_queries"] == 6

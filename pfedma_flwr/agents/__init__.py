@@ -1,0 +1,1 @@
+"""Client agents: LLM backends, prompt construction and parsing of structured answers."""

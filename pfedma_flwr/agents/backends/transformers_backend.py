@@ -1,0 +1,166 @@
+"""Local Hugging Face transformers backend: left-padded batched ``generate`` (GPU-box path).
+
+Loads any local HF model directory, or a ``.gguf`` file. A GGUF is dequantised by transformers
+(slow: 15-45 s), so it is converted once into a safetensors cache dir and reloaded from there
+(0.3-0.9 s) using the ``hf_quantizer = None`` workaround measured in
+``/work/shared/notes/models.md`` §3. Never touches the hub (``HF_HUB_OFFLINE=1``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
+from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, cache_dir, embedded_model_path
+
+logger = logging.getLogger(__name__)
+
+
+def _converted_dir(gguf: Path) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
+    return cache_dir().parent / "hf" / f"{gguf.stem}-{key[:12]}"
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """Dequantise ``gguf`` once into a safetensors dir (atomic rename) and return the dir."""
+    target = _converted_dir(gguf)
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s to safetensors in %s (one-off)", gguf.name, target)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # transformers refuses to save GGUF-loaded models although the weights are dense.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process won the race; its dir is equivalent
+            logger.info("conversion of %s already published by another process", gguf.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class TransformersBackend(Backend):
+    """Batched generation with a local transformers causal LM.
+
+    Parameters
+    ----------
+    model : str
+        HF model directory, a ``.gguf`` file, or an embedded model name.
+    device : str
+        ``auto`` (cuda if available), ``cpu`` or ``cuda[:k]``.
+    dtype : str
+        ``auto`` (bf16 on CUDA, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
+    max_batch : int
+        Most prompts per ``generate`` call.
+    """
+
+    name = "transformers"
+
+    def __init__(
+        self, *, model: str, device: str = "auto", dtype: str = "auto", max_batch: int = 16
+    ) -> None:
+        super().__init__()
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto|float32|bfloat16|float16, got {dtype!r}")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self._torch = torch
+        path = embedded_model_path(model) if model in EMBEDDED_MODELS else Path(model).expanduser()
+        if path.is_file() and path.suffix == ".gguf":
+            path = convert_gguf(path)
+        if not path.is_dir():
+            raise ValueError(
+                f"model {model!r} is not a local HF directory, .gguf file or embedded name"
+            )
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        self.max_batch = max_batch
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, dtype=getattr(torch, dtype)
+        ).to(device)
+        self.model.eval()
+        logger.info("transformers backend: %s on %s (%s)", path, device, dtype)
+
+    def _generate_batch(
+        self,
+        prompts: list[Messages],
+        *,
+        max_tokens: int,
+        temperature: float,
+        json_schema: dict[str, Any] | None,
+        seed: int | None,
+    ) -> list[GenerationResult]:
+        # json_schema is not enforced here (no grammar); the prompt asks for JSON and the
+        # parser tolerates the usual deviations.
+        out: list[GenerationResult] = []
+        for start in range(0, len(prompts), self.max_batch):
+            out.extend(
+                self._chunk(prompts[start : start + self.max_batch], max_tokens, temperature, seed)
+            )
+        return out
+
+    def _chunk(
+        self, prompts: list[Messages], max_tokens: int, temperature: float, seed: int | None
+    ) -> list[GenerationResult]:
+        torch = self._torch
+        try:
+            texts = [
+                self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+                for p in prompts
+            ]
+        except (ValueError, TypeError) as e:
+            return [GenerationResult.failure(f"chat template failed: {e}") for _ in prompts]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = enc.to(self.device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        kwargs: dict[str, Any] = {"do_sample": temperature > 0}
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
+        with torch.inference_mode():
+            gen = self.model.generate(
+                **enc, max_new_tokens=max_tokens, pad_token_id=self.tokenizer.pad_token_id, **kwargs
+            )
+        new = gen[:, enc["input_ids"].shape[1] :]
+        eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
+        results = []
+        for k in range(len(prompts)):
+            ids = new[k].tolist()
+            n = next((i for i, t in enumerate(ids) if t in eos), len(ids))
+            results.append(
+                GenerationResult(
+                    text=self.tokenizer.decode(ids[:n], skip_special_tokens=True),
+                    prompt_tokens=int(enc["attention_mask"][k].sum()),
+                    completion_tokens=n,
+                    finish_reason="stop" if n < len(ids) or n < max_tokens else "length",
+                )
+            )
+        return results
