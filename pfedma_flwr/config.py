@@ -1,7 +1,8 @@
 """Typed configuration: ``conf/*.yaml`` (OmegaConf) is the source of truth.
 
 ``load_config`` merges, in order: the structured defaults below, ``conf/<config-name>.yaml``, then
-the dotted overrides from Flower's run config (``overrides = "strategy.t_max=3 agent.backend.name=mock"``)
+the dotted overrides from Flower's run config
+(``overrides = "strategy.t_max=3 agent.backend.name=mock"``)
 and the flat keys ``output-dir`` / ``data-dir``. Unknown keys anywhere are an error that names them.
 Each component receives only its own section.
 """
@@ -218,17 +219,21 @@ def _validate(cfg: PFedMAConfig) -> None:
         (0.0 <= a.lambda_pool <= 1.0, f"anomaly.lambda_pool must be in [0,1], got {a.lambda_pool}"),
         (0.0 <= a.alpha_con <= 1.0, f"anomaly.alpha_con must be in [0,1], got {a.alpha_con}"),
         (0.0 <= a.tolerance <= 1.0, f"anomaly.tolerance must be in [0,1], got {a.tolerance}"),
-        (a.ablation in ABLATIONS, f"anomaly.ablation must be one of {ABLATIONS}, got {a.ablation!r}"),
+        (a.ablation in ABLATIONS,
+         f"anomaly.ablation must be one of {ABLATIONS}, got {a.ablation!r}"),
         (0.0 < r.eta <= 1.0, f"routing.eta must be in (0,1], got {r.eta}"),
-        (0.0 <= r.stop_support <= 1.0, f"routing.stop_support must be in [0,1], got {r.stop_support}"),
+        (0.0 <= r.stop_support <= 1.0,
+         f"routing.stop_support must be in [0,1], got {r.stop_support}"),
         (r.exploration_c >= 0.0, f"routing.exploration_c must be >= 0, got {r.exploration_c}"),
         (ru.mode in RULE_MODES, f"rules.mode must be one of {RULE_MODES}, got {ru.mode!r}"),
-        (0.0 < ru.sim_threshold <= 1.0, f"rules.sim_threshold must be in (0,1], got {ru.sim_threshold}"),
+        (0.0 < ru.sim_threshold <= 1.0,
+         f"rules.sim_threshold must be in (0,1], got {ru.sim_threshold}"),
         (ru.pii in ("presidio", "regex"), f"rules.pii must be presidio|regex, got {ru.pii!r}"),
         (len(d.benchmarks) >= 1, "data.benchmarks must name at least one benchmark"),
         (d.queries_per_benchmark >= 1, "data.queries_per_benchmark must be >= 1"),
         (d.dev_pool_per_benchmark >= 0, "data.dev_pool_per_benchmark must be >= 0"),
-        (d.partition in PARTITIONS, f"data.partition must be one of {PARTITIONS}, got {d.partition!r}"),
+        (d.partition in PARTITIONS,
+         f"data.partition must be one of {PARTITIONS}, got {d.partition!r}"),
         (d.alpha > 0, f"data.alpha must be > 0, got {d.alpha}"),
         (cfg.agent.few_shot >= 0, "agent.few_shot must be >= 0"),
         (cfg.agent.backend.max_tokens >= 1, "agent.backend.max_tokens must be >= 1"),

@@ -132,7 +132,8 @@ def run(
         try:
             run_id = int(json.loads(sub.stdout)["run-id"])
         except (ValueError, KeyError, TypeError):
-            sys.stderr.write(f"flwr run failed (rc={sub.returncode}):\n{sub.stdout}\n{sub.stderr}\n")
+            sys.stderr.write(
+                f"flwr run failed (rc={sub.returncode}):\n{sub.stdout}\n{sub.stderr}\n")
             return 1
         print(f"[pfedma] submitted run {run_id}; results -> {output_dir}", flush=True)
         status = _follow(run_id, env, output_dir / "run.log", timeout)
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="dotted config override, e.g. --set strategy.t_max=3 (repeatable)")
     r.add_argument("--port", type=int, default=DEFAULT_PORT, help="SuperLink port (+2 control)")
     r.add_argument("--cpus-per-client", type=float, default=1.0)
-    r.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is stopped")
+    r.add_argument("--timeout", type=float, default=3600.0,
+                   help="seconds before the run is stopped")
     a = p.parse_args(argv)
     return run(
         config=a.config, num_clients=a.num_clients, output_dir=Path(a.output_dir),

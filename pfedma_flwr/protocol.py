@@ -55,8 +55,10 @@ def _decode_json(content: RecordDict, what: str, max_bytes: int) -> Any:
 
 
 def payload_cap(lim: Limits) -> int:
-    """Largest JSON payload accepted (chars): the configured cap, or less if the field caps
-    cannot add up to it."""
+    """Largest JSON payload accepted (chars).
+
+    The configured cap, or less when the field caps cannot add up to it.
+    """
     per_text = lim.max_text_chars + 64
     per_response = per_text * (2 + lim.max_claims * (1 + lim.max_evidence))
     derived = lim.max_items * per_response + lim.max_rules * per_text * 8
@@ -118,7 +120,8 @@ class ClientDescription:
                 raise SchemaError(f"description.{key}", "expected a bounded string")
             out[key] = v
         doms = d.get("domains", [])
-        if not isinstance(doms, list) or len(doms) > 32 or not all(isinstance(x, str) for x in doms):
+        if (not isinstance(doms, list) or len(doms) > 32
+                or not all(isinstance(x, str) for x in doms)):
             raise SchemaError("description.domains", "expected a list of at most 32 strings")
         return cls(domains=tuple(doms), **out)
 

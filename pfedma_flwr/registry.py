@@ -26,7 +26,7 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
-        """Decorator registering ``obj`` under ``name``; a different object under a taken name fails."""
+        """Decorator registering ``obj`` under ``name`` (a taken name with another object fails)."""
 
         def deco(obj: T) -> T:
             self.add(name, obj)

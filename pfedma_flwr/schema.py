@@ -134,7 +134,9 @@ class RuleCandidate:
         }
 
     @classmethod
-    def from_dict(cls, d: Any, path: str = "candidate", lim: Limits = DEFAULT_LIMITS) -> RuleCandidate:
+    def from_dict(
+        cls, d: Any, path: str = "candidate", lim: Limits = DEFAULT_LIMITS
+    ) -> RuleCandidate:
         d = obj_(d, path)
         no_extra(d, path, {"text", "category", "scope", "action", "entity_types", "patterns"})
         return cls(
@@ -224,7 +226,9 @@ class RuleFeedback:
         }
 
     @classmethod
-    def from_dict(cls, d: Any, path: str = "feedback", lim: Limits = DEFAULT_LIMITS) -> RuleFeedback:
+    def from_dict(
+        cls, d: Any, path: str = "feedback", lim: Limits = DEFAULT_LIMITS
+    ) -> RuleFeedback:
         d = obj_(d, path)
         no_extra(d, path, {"rule_id", "d_trigger", "d_valid", "d_conflict"})
         try:

@@ -16,7 +16,6 @@ from pfedma_flwr.routing.state import RoutingTable
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
 
-
 _BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
     "embedded": ("model", "n_threads", "n_ctx", "mode", "max_batch"),
     "openai": ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",

@@ -42,12 +42,14 @@ DEFAULT_LIMITS = Limits()
 
 
 def obj_(v: Any, path: str) -> dict[str, Any]:
+    """A JSON object."""
     if not isinstance(v, dict):
         raise SchemaError(path, f"expected an object, got {type(v).__name__}")
     return v
 
 
 def str_(v: Any, path: str, lim: Limits, *, allow_empty: bool = True) -> str:
+    """A string within the text cap."""
     if not isinstance(v, str):
         raise SchemaError(path, f"expected a string, got {type(v).__name__}")
     if len(v) > lim.max_text_chars:
@@ -58,6 +60,7 @@ def str_(v: Any, path: str, lim: Limits, *, allow_empty: bool = True) -> str:
 
 
 def int_(v: Any, path: str, *, lo: int = 0, hi: int = 2**62) -> int:
+    """An integer (not a bool) in ``[lo, hi]``."""
     if isinstance(v, bool) or not isinstance(v, int):
         raise SchemaError(path, f"expected an integer, got {type(v).__name__}")
     if not lo <= v <= hi:
@@ -66,6 +69,7 @@ def int_(v: Any, path: str, *, lo: int = 0, hi: int = 2**62) -> int:
 
 
 def float_(v: Any, path: str, *, lo: float = -math.inf, hi: float = math.inf) -> float:
+    """A finite number (not a bool) in ``[lo, hi]``."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise SchemaError(path, f"expected a number, got {type(v).__name__}")
     f = float(v)
@@ -77,10 +81,12 @@ def float_(v: Any, path: str, *, lo: float = -math.inf, hi: float = math.inf) ->
 
 
 def unit_(v: Any, path: str) -> float:
+    """A finite number in [0, 1]."""
     return float_(v, path, lo=0.0, hi=1.0)
 
 
 def list_(v: Any, path: str, cap: int) -> list[Any]:
+    """A list of at most ``cap`` items."""
     if not isinstance(v, list):
         raise SchemaError(path, f"expected a list, got {type(v).__name__}")
     if len(v) > cap:
@@ -89,23 +95,27 @@ def list_(v: Any, path: str, cap: int) -> list[Any]:
 
 
 def strs_(v: Any, path: str, lim: Limits, cap: int | None = None) -> tuple[str, ...]:
+    """A capped list of capped strings."""
     items = list_(v, path, cap if cap is not None else lim.max_items)
     return tuple(str_(x, f"{path}[{k}]", lim) for k, x in enumerate(items))
 
 
 def choice_(v: Any, path: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``."""
     if v not in choices:
         raise SchemaError(path, f"{v!r} is not one of {list(choices)}")
     return str(v)
 
 
 def no_extra(d: dict[str, Any], path: str, allowed: set[str]) -> None:
+    """Reject unknown fields (hostile or version-skewed payloads)."""
     extra = sorted(set(d) - allowed)
     if extra:
         raise SchemaError(path, f"unexpected field(s) {extra}")
 
 
 def req(d: dict[str, Any], key: str, path: str) -> Any:
+    """A required field."""
     if key not in d:
         raise SchemaError(f"{path}.{key}", "missing required field")
     return d[key]

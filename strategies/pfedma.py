@@ -163,7 +163,9 @@ class PFedMA(Strategy):
         """PFedMA has no separate evaluation phase (answers are scored as queries finish)."""
         return []
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         """No evaluation phase."""
         return None
 
