@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.parsing import parse_structured_response
@@ -31,6 +31,9 @@ from pfedma_flwr.schema import (
     RespondInstruction,
     RuleCandidate,
 )
+
+if TYPE_CHECKING:
+    from pfedma_flwr.adversary import Adversary
 
 logger = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -94,6 +97,9 @@ class ClientAgent:
     sensitive_items : Sequence[str]
         Extra private strings of this client (e.g. from the node config) besides those of
         ``D_i``'s tasks.
+    adversary : Adversary, optional
+        Robustness evaluation only (App. J): makes this client malicious on the instances
+        its partition id is drawn for (prompt injection or wrong-but-confident answers).
     """
 
     def __init__(
@@ -102,7 +108,7 @@ class ClientAgent:
         few_shot: int = 2, experience_size: int = 32, max_tokens: int = 320,
         temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
-        client_key: str = "",
+        client_key: str = "", adversary: Adversary | None = None,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
@@ -115,6 +121,7 @@ class ClientAgent:
         self.sim_threshold, self.phi_default = sim_threshold, phi_default
         self.limits = limits
         self.client_key = client_key
+        self.adversary = adversary
         items = {s for t in self.private_data for s in t.sensitive_items}
         self.sensitive_items = sorted(items | {s for s in sensitive_items if s.strip()})
 
@@ -139,7 +146,9 @@ class ClientAgent:
             shots = retrieve_examples(q.text, pool, self.few_shot, self.embedder) \
                 if self.few_shot and pool else []
             prompts.append(build_agent_messages(
-                profile_prompt=self.profile.prompt, query_text=q.text, refinement=q.refinement,
+                profile_prompt=self.profile.prompt,
+                query_text=self.adversary.task_text(q.query_id, q.text) if self.adversary
+                else q.text, refinement=q.refinement,
                 answer_kind=q.answer_kind,
                 few_shot=[(t.question, demo_answer(t)) for t in shots],
                 experience=[],
@@ -162,6 +171,8 @@ class ClientAgent:
                                                    error=parsed.error[:500], tokens=gen.tokens))
                 continue
             raw = parsed.response
+            if self.adversary is not None:
+                raw = self.adversary.response(q.query_id, raw, q.answer_kind, q.text)
             # Uncovered items create local rules first, so this very response is protected.
             result, cands = state.rules.process(raw, self.sensitive_items, self.recognizer)
             for c in cands:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import logging
 from typing import Any
 
+from pfedma_flwr.adversary import Adversary
 from pfedma_flwr.client_agent import ClientAgent
-from pfedma_flwr.config import PFedMAConfig, load_config
+from pfedma_flwr.config import AgentConfig, BackendConfig, PFedMAConfig, load_config
 from pfedma_flwr.data.partition import partition_tasks
-from pfedma_flwr.data.profiles import profile_for_client
+from pfedma_flwr.data.profiles import AgentProfile, profile_for_client
 from pfedma_flwr.data.split import dev_pool
 from pfedma_flwr.embeddings import get_embedder
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.server_components import make_configured_backend
+
+logger = logging.getLogger(__name__)
 
 
 def node_identity(node_config: dict[str, Any]) -> tuple[int, int]:
@@ -29,6 +34,25 @@ def node_identity(node_config: dict[str, Any]) -> tuple[int, int]:
     if not 0 <= pid < n:
         raise ValueError(f"partition-id {pid} outside [0, {n})")
     return pid, n
+
+
+def profile_backend(agent: AgentConfig, profile: AgentProfile
+                    ) -> tuple[AgentProfile, BackendConfig]:
+    """The profile with its configured backbone, and that backbone's backend section.
+
+    The backbone is ``agent.profile_backbones[profile.name]`` if set, else the profile's own;
+    its backend is ``agent.backbones[backbone]`` when configured, else ``agent.backend``.
+    """
+    backbone = agent.profile_backbones.get(profile.name, profile.backbone)
+    if backbone != profile.backbone:
+        profile = dataclasses.replace(profile, backbone=backbone)
+    section = agent.backbones.get(backbone)
+    if section is None:
+        if backbone != "default":
+            logger.warning("backbone %r of profile %s has no agent.backbones section; using "
+                           "agent.backend", backbone, profile.name)
+        return profile, agent.backend
+    return profile, section
 
 
 def build_agent(run_config: dict[str, Any], node_config: dict[str, Any]) -> ClientAgent:
@@ -49,16 +73,19 @@ def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
                     seed=cfg.seed, data_dir=data_dir)
     private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=cfg.seed)
     names = [str(node["profile"])] if node.get("profile") else a.profiles or None
-    profile = profile_for_client(0 if node.get("profile") else pid, names)
+    profile, backend = profile_backend(
+        a, profile_for_client(0 if node.get("profile") else pid, names))
     return ClientAgent(
-        profile=profile, backend=make_configured_backend(a.backend),
+        profile=profile, backend=make_configured_backend(backend),
         private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
         recognizer=get_recognizer(cfg.rules.pii), rule_mode=cfg.rules.mode,
         few_shot=a.few_shot, experience_size=a.experience_size,
-        max_tokens=a.backend.max_tokens, temperature=a.backend.temperature,
+        max_tokens=backend.max_tokens, temperature=backend.temperature,
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
         limits=cfg.protocol.limits(),
         client_key=str(node.get("client-id", "")) or f"partition-{pid}",
+        adversary=Adversary.from_config(cfg.adversary, partition_id=pid, num_clients=n,
+                                        data_dir=data_dir or ""),
     )
 
 

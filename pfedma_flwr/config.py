@@ -24,6 +24,8 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RULE_MODES = ("full", "NR", "SR", "LE", "G2L", "L2G")
 ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
 PARTITIONS = ("iid", "dirichlet")
+ADVERSARY_KINDS = ("injection", "unreliable")
+ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
 
 
 @dataclass
@@ -131,6 +133,10 @@ class AgentConfig:
     experience_size: int = 32
     # profile names per client (client i gets profiles[i % len]); empty = built-in rotation
     profiles: list[str] = field(default_factory=list)
+    # backbone name -> backend section (e.g. GPT-4o: {name: openai, base_url: ..., model: ...})
+    backbones: dict[str, BackendConfig] = field(default_factory=dict)
+    # profile name -> backbone name; a profile's backbone missing from `backbones` uses `backend`
+    profile_backbones: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,6 +184,20 @@ class ProtocolConfig:
 
 
 @dataclass
+class AdversaryConfig:
+    """Adversarial clients of the robustness evaluation (App. J, ``pfedma_flwr.adversary``)."""
+
+    # rho_adv: per query, round(rho * N) of the N clients are malicious (0 = no adversary)
+    ratio: float = 0.0
+    # injection (context-ignoring prompt injection, ASB) | unreliable (confident wrong answer)
+    kind: str = "injection"
+    # ASB attacker instructions used for injection: all | aggressive | non_aggressive
+    attacks: str = "all"
+    # seed of the malicious-set and attack choice (with the query id)
+    seed: int = 0
+
+
+@dataclass
 class OutputConfig:
     """Where results go (absolute; the ServerApp's cwd is the SuperLink's)."""
 
@@ -201,6 +221,7 @@ class PFedMAConfig:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    adversary: AdversaryConfig = field(default_factory=AdversaryConfig)
 
 
 class ConfigError(ValueError):
@@ -237,6 +258,12 @@ def _validate(cfg: PFedMAConfig) -> None:
         (d.alpha > 0, f"data.alpha must be > 0, got {d.alpha}"),
         (cfg.agent.few_shot >= 0, "agent.few_shot must be >= 0"),
         (cfg.agent.backend.max_tokens >= 1, "agent.backend.max_tokens must be >= 1"),
+        (0.0 <= cfg.adversary.ratio <= 1.0,
+         f"adversary.ratio must be in [0,1], got {cfg.adversary.ratio}"),
+        (cfg.adversary.kind in ADVERSARY_KINDS,
+         f"adversary.kind must be one of {ADVERSARY_KINDS}, got {cfg.adversary.kind!r}"),
+        (cfg.adversary.attacks in ATTACK_POOLS,
+         f"adversary.attacks must be one of {ATTACK_POOLS}, got {cfg.adversary.attacks!r}"),
     ]
     for ok, msg in checks:
         if not ok:

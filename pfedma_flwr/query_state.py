@@ -90,6 +90,8 @@ def finish_record(q: QueryState, reason: str) -> dict[str, Any]:
         "support": q.z.support if q.z is not None else 0.0, "tokens": q.tokens,
         "backend_calls": round(float(q.backend_calls), 3),
         "query_rules_fired": q.query_rules_fired,
+        # z's claims: what the analysis judges besides the answer (attack success, leakage)
+        "z_claims": list(q.z.claims) if q.z is not None else [],
     }
 
 

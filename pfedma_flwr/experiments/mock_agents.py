@@ -1,0 +1,143 @@
+"""A simulated LLM agent for the experiments' ``tiny`` size: profile-dependent skill, no model.
+
+:class:`SimulatedAgentBackend` answers like a scripted expert so that every analysis of an
+experiment (accuracy, selection heatmap, capability, leakage, guard metrics, attack success)
+has something non-trivial to measure in seconds. It is **not** a model of any real LLM and
+its numbers mean nothing about PFedMA; they only exercise the pipeline end to end.
+
+Behaviour, for the last user message ``u`` and the profile whose prompt starts the system
+message:
+
+- ``u`` carries ASB's context-ignoring injection → it complies: its claim announces the
+  attacker instruction and tool, its final answer names the tool (a fully obedient LLM);
+- ``u`` is a benchmark question (found by its first and / or last 80 normalized characters in the
+  registered benchmarks) → it is right with probability ``skill`` when the profile covers the
+  task's knowledge domain and ``off_skill`` otherwise (a deterministic hash of profile and
+  task, so runs are reproducible); a wrong answer is a per-agent perturbation of the gold;
+  Mind2Web-SC denials name the violated rule in a claim, PrivacyLens answers of "leaky"
+  agents (hash < ``leak``) quote one of the task's sensitive items in a claim;
+- anything else → :func:`~pfedma_flwr.agents.backends.mock.default_responder`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from functools import cache
+
+from pfedma_flwr.adversary import corrupt_answer
+from pfedma_flwr.agents.backends.base import Messages
+from pfedma_flwr.agents.backends.mock import MockBackend, default_responder
+from pfedma_flwr.data.bench_asb import DEFAULT_IGNORE
+from pfedma_flwr.data.benchmarks import BENCHMARKS, Task, load_benchmark
+from pfedma_flwr.data.profiles import BUILTIN_PROFILES, AgentProfile, knowledge_domain
+
+_INJECTED = re.compile(
+    r"following instruction: (?P<instruction>.+?) by using the \"(?P<tool>[^\"]+)\" tool")
+_SPACE = re.compile(r"\s+")
+_KEY_CHARS = 80
+
+
+def _norm(text: str) -> str:
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+@cache
+def _index(data_dir: str) -> dict[str, Task]:
+    """First / last normalized characters of every registered benchmark question → task."""
+    out: dict[str, Task] = {}
+    for name in BENCHMARKS.names():
+        for t in load_benchmark(name, data_dir or None):
+            q = _norm(t.question)
+            # Head and tail together first: Mind2Web-SC repeats a request with other profiles.
+            out.setdefault("ht:" + q[:_KEY_CHARS] + q[-_KEY_CHARS:], t)
+            out.setdefault("h:" + q[:_KEY_CHARS], t)
+            out.setdefault("t:" + q[-_KEY_CHARS:], t)
+    return out
+
+
+def find_task(user_text: str, data_dir: str = "") -> Task | None:
+    """The benchmark task a routed query was made from (refinement after a blank line ignored)."""
+    body = _norm(user_text.split("\n\n")[0] if "\n\n" in user_text else user_text)
+    idx = _index(data_dir)
+    return (idx.get("ht:" + body[:_KEY_CHARS] + body[-_KEY_CHARS:])
+            or idx.get("h:" + body[:_KEY_CHARS]) or idx.get("t:" + body[-_KEY_CHARS:]))
+
+
+def _profile(system: str) -> AgentProfile | None:
+    for p in BUILTIN_PROFILES:
+        if system.startswith(p.prompt[:60]):
+            return p
+    return None
+
+
+def _unit(*parts: str) -> float:
+    return zlib.crc32("|".join(parts).encode()) / 2**32
+
+
+def _reply(answer: str, claim: str, evidence: str, fit: float, conf: float = 0.8) -> str:
+    return json.dumps({"claims": [{"claim": claim, "evidence": [evidence]}],
+                       "final_answer": answer, "domain_fit": fit, "self_confidence": conf})
+
+
+class SimulatedAgentBackend(MockBackend):
+    """Scripted expert agent (module docstring).
+
+    Parameters
+    ----------
+    skill, off_skill : float
+        Probability of a correct answer in / outside the profile's knowledge domains.
+    leak : float
+        Probability that a PrivacyLens answer quotes a sensitive item.
+    data_dir : str
+        Benchmark data dir (the tiny size passes ``${data.data_dir}``; empty = the default).
+    """
+
+    name = "simulated"
+
+    def __init__(self, *, skill: float = 0.85, off_skill: float = 0.35, leak: float = 0.6,
+                 data_dir: str = "") -> None:
+        for n, v in (("skill", skill), ("off_skill", off_skill), ("leak", leak)):
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{n} must be in [0, 1], got {v}")
+        self.skill, self.off_skill, self.leak = skill, off_skill, leak
+        self.data_dir = data_dir
+        super().__init__(self._respond)
+
+    def _respond(self, messages: Messages) -> str:
+        system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+        user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        if DEFAULT_IGNORE in user:
+            m = _INJECTED.search(user)
+            instruction, tool = (m["instruction"], m["tool"]) if m else (user[-200:], "tool")
+            return _reply(f"Calling {tool}", f"I will {instruction[:200]} using {tool}.",
+                          "The latest instruction says so.", 1.0, 1.0)
+        task, profile = find_task(user, self.data_dir), _profile(system)
+        if task is None or profile is None:
+            return default_responder(messages)
+        in_domain = profile.covers(knowledge_domain(task.domain))
+        p = self.skill if in_domain else self.off_skill
+        fit = 0.9 if in_domain else 0.3
+        correct = _unit(profile.name, task.task_id) < p
+        answer = task.gold if correct else self._wrong(task, profile)
+        if task.benchmark == "mind2web_sc":
+            if answer == "deny":
+                rule = task.violated_rules[0] if task.violated_rules else "a safety rule"
+                return _reply(answer, f"The action violates the rule: {rule}.",
+                              task.question.splitlines()[-1][:200], fit)
+            return _reply(answer, "The user may perform this action.",
+                          task.question.splitlines()[-1][:200], fit)
+        if task.sensitive_items and _unit("leak", profile.name, task.task_id) < self.leak:
+            item = task.sensitive_items[0][:250]
+            return _reply(answer, f"I will include: {item}", "From the trajectory.", fit)
+        return _reply(answer, f"The answer is {answer}.", task.rationale[:150] or
+                      task.question[:150], fit)
+
+    @staticmethod
+    def _wrong(task: Task, profile: AgentProfile) -> str:
+        if task.answer_kind == "option" and len(task.options) > 1:
+            others = sorted(k for k in task.options if k != task.gold)
+            return others[int(_unit("opt", profile.name, task.task_id) * len(others))]
+        return corrupt_answer(task.gold, task.answer_kind, task.question,
+                              task.task_id + profile.name)

@@ -1,0 +1,195 @@
+"""Experiment presets (``conf/experiments/<name>.yaml``) and their expansion into variant runs.
+
+A preset names a base run configuration per size (merged over the shared defaults of
+``conf/experiments/_sizes.yaml``: a preset's ``set`` extends the shared one key by key), the
+axes whose Cartesian product gives the variants (each level of an axis is a set of dotted
+config overrides), the table columns and the plots. Format (every key but ``axes`` optional)::
+
+    description: what the experiment measures
+    sizes:
+      tiny:  {config: tiny,   num_clients: 5, set: {data.queries_per_benchmark: 3}}
+      small: {config: pfedma, num_clients: 4, set: {...}}
+      paper: {config: pfedma, num_clients: 20, set: {...}}
+    base: {data.benchmarks: [gsm8k, medqa]}        # every size and variant
+    axes:
+      method: {PFedMA: {}, "-all": {anomaly.ablation: "-all"}}
+      rho: {"0": {adversary.ratio: 0.0}, "0.2": {adversary.ratio: 0.2}}
+    columns: [ACC, ASR]
+    plots: [{kind: line, x: rho, y: ASR, hue: method}]
+
+Override precedence: the shared size's ``set`` < ``base`` < the preset's own size ``set`` < axis
+levels (in axis order) < ``--set`` of the command line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pfedma_flwr.config import CONF_DIR
+
+EXPERIMENTS_DIR = CONF_DIR / "experiments"
+SIZES = ("tiny", "small", "paper")
+PLOT_KINDS = ("bar", "line", "grid", "benchmarks", "selection", "capability")
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    """Base run of one size: a ``conf/`` preset, the number of clients and overrides.
+
+    ``shared`` comes from ``_sizes.yaml`` (below the preset's ``base``), ``overrides`` from the
+    preset's own ``sizes`` entry (above ``base``).
+    """
+
+    config: str
+    num_clients: int
+    overrides: dict[str, Any] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One run of an experiment: its labels (axis → level) and its dotted overrides."""
+
+    name: str
+    labels: dict[str, str]
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExperimentPreset:
+    """A parsed ``conf/experiments/<name>.yaml`` (module docstring)."""
+
+    name: str
+    description: str
+    sizes: dict[str, SizeSpec]
+    base: dict[str, Any]
+    axes: dict[str, dict[str, dict[str, Any]]]
+    columns: tuple[str, ...]
+    plots: tuple[dict[str, Any], ...]
+
+    def variants(self) -> list[Variant]:
+        """The Cartesian product of the axes, in axis and level order (axis overrides only)."""
+        if not self.axes:
+            return [Variant(name="pfedma", labels={}, overrides={})]
+        out = []
+        names = list(self.axes)
+        for levels in itertools.product(*(list(self.axes[a].items()) for a in names)):
+            labels = {a: lvl for a, (lvl, _) in zip(names, levels, strict=True)}
+            over: dict[str, Any] = {}
+            for _, o in levels:
+                over.update(o)
+            out.append(Variant(name=variant_name(labels), labels=labels, overrides=over))
+        return out
+
+    def size(self, size: str) -> SizeSpec:
+        """The base run of ``size``; a ``ValueError`` names the sizes the preset defines."""
+        if size not in self.sizes:
+            raise ValueError(f"experiment {self.name!r} has no size {size!r}; "
+                             f"defined: {sorted(self.sizes)}")
+        return self.sizes[size]
+
+
+def variant_name(labels: Mapping[str, str]) -> str:
+    """File-system safe ``axis=level`` name of a variant (``method=-all_rho=0.2``)."""
+    def safe(text: str) -> str:
+        return "".join(c if c.isalnum() or c in "-.+" else "-" for c in text)
+
+    return "_".join(f"{safe(a)}={safe(v)}" for a, v in labels.items())
+
+
+def format_override(key: str, value: Any) -> str:
+    """``key=value`` in the syntax of ``--set`` / ``parse_overrides`` (lists as ``[a,b]``)."""
+    return f"{key}={_value(value)}"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_value(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def overrides_text(overrides: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
+    """The shell-quoted override string that ``launch.run`` / ``load_config`` take."""
+    items = [format_override(k, v) for k, v in overrides.items()] + list(extra)
+    return " ".join(shlex.quote(i) for i in items)
+
+
+def _mapping(obj: Any, where: str) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} must be a mapping, got {type(obj).__name__}")
+    return {str(k): v for k, v in obj.items()}
+
+
+def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = None
+                 ) -> ExperimentPreset:
+    """Validate a loaded preset (sizes merged over ``shared_sizes``); errors name the key."""
+    d = _mapping(data, f"experiment {name}")
+    unknown = sorted(set(d) - {"description", "sizes", "base", "axes", "columns", "plots"})
+    if unknown:
+        raise ValueError(f"experiment {name}: unknown keys {unknown}")
+    sizes = {}
+    own = _mapping(d.get("sizes"), f"{name}.sizes")
+    shared = _mapping(shared_sizes, "_sizes")
+    for s in [*shared, *(k for k in own if k not in shared)]:
+        if s not in SIZES:
+            raise ValueError(f"experiment {name}: size {s!r} not in {SIZES}")
+        base_spec = _mapping(shared.get(s), f"_sizes.{s}")
+        mine = _mapping(own.get(s), f"{name}.sizes.{s}")
+        sp = {**base_spec, **mine}
+        n = sp.get("num_clients", 4)
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"experiment {name}: sizes.{s}.num_clients must be an int >= 1")
+        sizes[s] = SizeSpec(config=str(sp.get("config", "pfedma")), num_clients=n,
+                            overrides=_mapping(mine.get("set"), f"{name}.sizes.{s}.set"),
+                            shared=_mapping(base_spec.get("set"), f"_sizes.{s}.set"))
+    axes = {str(a): {str(lvl): _mapping(o, f"{name}.axes.{a}.{lvl}")
+                     for lvl, o in _mapping(levels, f"{name}.axes.{a}").items()}
+            for a, levels in _mapping(d.get("axes"), f"{name}.axes").items()}
+    for a, levels in axes.items():
+        if not levels:
+            raise ValueError(f"experiment {name}: axis {a!r} has no levels")
+    cols = tuple(str(c) for c in d.get("columns") or ("ACC",))
+    clash = sorted(set(cols) & set(axes))
+    if clash:
+        raise ValueError(f"experiment {name}: axes and columns share the names {clash}")
+    plots = tuple(_mapping(p, f"{name}.plots[]") for p in d.get("plots") or [])
+    for p in plots:
+        if p.get("kind") not in PLOT_KINDS:
+            raise ValueError(f"experiment {name}: plot kind {p.get('kind')!r} not in {PLOT_KINDS}")
+    return ExperimentPreset(
+        name=name, description=str(d.get("description", "")), sizes=sizes,
+        base=_mapping(d.get("base"), f"{name}.base"), axes=axes,
+        columns=cols, plots=plots,
+    )
+
+
+def preset_names() -> list[str]:
+    """Names of the presets in ``conf/experiments/``."""
+    return sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def load_preset(name: str) -> ExperimentPreset:
+    """Load ``conf/experiments/<name>.yaml`` (or a path to a ``.yaml`` file)."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else EXPERIMENTS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"experiment {name!r} not found at {path}; available: {preset_names()}")
+    shared_path = EXPERIMENTS_DIR / "_sizes.yaml"
+    shared = yaml.safe_load(shared_path.read_text(encoding="utf-8")) \
+        if shared_path.is_file() else {}
+    with open(path, encoding="utf-8") as f:
+        return parse_preset(path.stem, yaml.safe_load(f), shared)

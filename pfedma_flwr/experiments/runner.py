@@ -1,0 +1,146 @@
+"""Run an experiment: every variant through an executor, then the table and the plots.
+
+The default executor is :func:`flwr_executor` (``launch.run`` → a real ``flwr run``
+simulation per variant, sequentially). Tests pass an in-process executor (FakeGrid +
+``run_server``); anything with the :data:`Executor` signature works.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics, load_run, run_metrics
+from pfedma_flwr.experiments.plots import make_plots
+from pfedma_flwr.experiments.presets import ExperimentPreset, load_preset, overrides_text
+from pfedma_flwr.experiments.tables import write_tables
+from pfedma_flwr.results import write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VariantRun:
+    """Everything an executor needs to run one variant.
+
+    Parameters
+    ----------
+    experiment, variant : str
+        Names (for logs).
+    config : str
+        ``conf/`` preset the run starts from.
+    num_clients : int
+        Simulated clients ``N``.
+    overrides : str
+        Shell-quoted dotted overrides (``load_config`` / ``launch.run`` syntax).
+    output_dir : Path
+        Absolute output directory of the run.
+    """
+
+    experiment: str
+    variant: str
+    config: str
+    num_clients: int
+    overrides: str
+    output_dir: Path
+
+
+Executor = Callable[[VariantRun], None]
+
+
+def flwr_executor(port: int = 39291, timeout: float = 3600.0) -> Executor:
+    """An executor running each variant as a real ``flwr run`` simulation (``launch.run``)."""
+
+    def execute(v: VariantRun) -> None:
+        from pfedma_flwr.launch import run  # Flower CLI machinery only when used
+
+        rc = run(config=v.config, num_clients=v.num_clients, output_dir=v.output_dir,
+                 overrides=v.overrides, port=port, timeout=timeout)
+        if rc != 0:
+            raise RuntimeError(f"variant {v.variant} of {v.experiment} failed (rc={rc}); "
+                               f"see {v.output_dir / 'run.log'}")
+
+    return execute
+
+
+def plan(preset: ExperimentPreset, size: str, output_dir: Path, *,
+         num_clients: int | None = None, extra: Sequence[str] = ()) -> list[tuple[Any, VariantRun]]:
+    """The runs of ``preset`` at ``size`` as ``(variant, VariantRun)`` pairs, in order."""
+    spec = preset.size(size)
+    out = []
+    for v in preset.variants():
+        over = {**spec.shared, **preset.base, **spec.overrides, **v.overrides,
+                "output.progress": False}
+        out.append((v, VariantRun(
+            experiment=preset.name, variant=v.name, config=spec.config,
+            num_clients=num_clients or spec.num_clients,
+            overrides=overrides_text(over, extra), output_dir=output_dir / "runs" / v.name)))
+    return out
+
+
+def _completed(out_dir: Path) -> bool:
+    try:
+        s = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(s, dict) and s.get("status") == "completed"
+
+
+def run_experiment(
+    name: str, *, size: str = "tiny", output_dir: Path, num_clients: int | None = None,
+    executor: Executor | None = None, extra: Sequence[str] = (), reuse: bool = False,
+) -> dict[str, Any]:
+    """Run experiment ``name``; write ``results.csv``/``.md``, plots and ``experiment.json``.
+
+    Parameters
+    ----------
+    name : str
+        Preset in ``conf/experiments/``.
+    size : str
+        ``tiny`` | ``small`` | ``paper``.
+    output_dir : Path
+        Where everything goes (``runs/<variant>/`` per run).
+    num_clients : int, optional
+        Overrides the size's client count.
+    executor : Executor, optional
+        Default :func:`flwr_executor`.
+    extra : Sequence[str]
+        Extra ``key=value`` overrides applied to every variant (last).
+    reuse : bool
+        Skip variants whose output directory already holds a completed run.
+
+    Returns
+    -------
+    dict
+        ``{"rows": [...], "files": [...], "wall_seconds": {...}}``.
+    """
+    preset = load_preset(name)
+    output_dir = output_dir.resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    execute = executor or flwr_executor()
+    runs: dict[str, RunData] = {}
+    rows: list[dict[str, Any]] = []
+    walls: dict[str, float] = {}
+    for variant, vr in plan(preset, size, output_dir, num_clients=num_clients, extra=extra):
+        if reuse and _completed(vr.output_dir):
+            logger.info("reusing %s", vr.output_dir)
+        else:
+            logger.info("running %s/%s -> %s", preset.name, vr.variant, vr.output_dir)
+            t0 = time.perf_counter()
+            execute(vr)
+            walls[vr.variant] = time.perf_counter() - t0
+        runs[vr.variant] = load_run(vr.output_dir)
+        rows.append({"variant": vr.variant, "labels": dict(variant.labels),
+                     "metrics": run_metrics(runs[vr.variant])})
+    add_clean_twin_metrics(rows, runs)
+    files = write_tables(preset, rows, output_dir)
+    files += make_plots(preset, rows, runs, output_dir)
+    result = {"experiment": preset.name, "size": size, "description": preset.description,
+              "rows": rows, "files": [str(f) for f in files], "wall_seconds": walls}
+    write_json_atomic(output_dir / "experiment.json", result)
+    return result

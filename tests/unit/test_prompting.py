@@ -1,0 +1,73 @@
+import json
+
+import pytest
+
+from pfedma_flwr.agents.parsing import parse_structured_response
+from pfedma_flwr.agents.prompting import (
+    MAX_CLAIMS,
+    RESPONSE_JSON_SCHEMA,
+    build_agent_messages,
+    example_answer,
+)
+
+
+def test_schema_orders_claims_before_answer_and_bounds_lists():
+    props = list(RESPONSE_JSON_SCHEMA["properties"])
+    assert props.index("claims") < props.index("final_answer")
+    assert RESPONSE_JSON_SCHEMA["properties"]["claims"]["maxItems"] == MAX_CLAIMS
+    assert set(RESPONSE_JSON_SCHEMA["required"]) == {
+        "claims",
+        "final_answer",
+        "domain_fit",
+        "self_confidence",
+    }
+
+
+@pytest.mark.parametrize(
+    "kind,needle",
+    [("number", "final number"), ("option", "letter of the correct option"), ("math", "LaTeX")],
+)
+def test_answer_kind_rules(kind, needle):
+    msgs = build_agent_messages(profile_prompt="P", query_text="Q?", answer_kind=kind)
+    assert needle in msgs[0]["content"]
+
+
+def test_message_layout_with_few_shot_experience_refinement():
+    msgs = build_agent_messages(
+        profile_prompt="You are a cardiologist.",
+        query_text="Which drug? A) x B) y",
+        refinement="Current answer B has support 0.6; verify it.",
+        answer_kind="option",
+        few_shot=[("Q1", "A"), ("Q2", "C")],
+        experience=["Double-check dosages.", "  "],
+    )
+    # system + 2 * (user, assistant) + final user = 6 messages
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[0]["content"].startswith("You are a cardiologist.")
+    assert "- Double-check dosages." in msgs[0]["content"]
+    assert msgs[0]["content"].count("\n- ") == 1  # blank snippet dropped
+    assert (
+        msgs[-1]["content"]
+        == "Which drug? A) x B) y\n\nCurrent answer B has support 0.6; verify it."
+    )
+    assert json.loads(msgs[2]["content"])["final_answer"] == "A"
+
+
+def test_few_shot_answers_parse_with_our_parser():
+    # GSM8K answer: 2 calculation lines become 2 claims, annotations stripped, commas dropped
+    ans = example_answer(
+        "48/2 = <<48/2=24>>24 in May.\n48+24 = <<48+24=72>>72.\n#### 1,072", "number"
+    )
+    out = parse_structured_response(ans)
+    assert out.ok and out.response is not None
+    assert out.response.final_answer == "1072"
+    assert [c.claim for c in out.response.claims] == ["48/2 = 24 in May.", "48+24 = 72."]
+
+
+def test_empty_profile_gets_default_and_validation():
+    msgs = build_agent_messages(profile_prompt="", query_text="2+2?")
+    assert msgs[0]["content"].startswith("You are a careful expert assistant.")
+    with pytest.raises(ValueError, match="query_text"):
+        build_agent_messages(profile_prompt="p", query_text="  ")
+    with pytest.raises(ValueError, match="answer_kind"):
+        build_agent_messages(profile_prompt="p", query_text="q", answer_kind="essay")
