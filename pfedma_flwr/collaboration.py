@@ -388,6 +388,7 @@ class CollaborationEngine:
         return {
             **query_metrics(self.finished),
             "num_clients": len(self.clients),
+            "clients": {k: d.to_dict() for k, d in self.clients.items()},
             "rules": {"global_total": len(rules), "global_active": sum(r.active for r in rules)},
             "routing": self.routing.to_dict(),
             "totals": dict(self.totals),

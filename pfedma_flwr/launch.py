@@ -107,7 +107,7 @@ def _toml_str(s: str) -> str:
 def run(
     *, config: str, num_clients: int, output_dir: Path, overrides: str = "",
     data_dir: str = "", port: int = DEFAULT_PORT, cpus_per_client: float = 1.0,
-    timeout: float = 3600.0,
+    timeout: float = 3600.0, resume: bool = False,
 ) -> int:
     """Run one simulation; return 0 only if Flower reports success and the results exist."""
     output_dir = output_dir.resolve()
@@ -123,6 +123,7 @@ def run(
             f"output-dir={_toml_str(str(output_dir))}",
             f"data-dir={_toml_str(data_dir)}",
             f"overrides={_toml_str(overrides)}",
+            f"resume={'true' if resume else 'false'}",
         ])
         # Flower wants an integer CPU count when the value is integral ("1", not "1.0").
         cpus = int(cpus_per_client) if float(cpus_per_client).is_integer() else cpus_per_client
@@ -202,11 +203,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="dotted config override, e.g. --set strategy.t_max=3 (repeatable)")
     r.add_argument("--port", type=int, default=DEFAULT_PORT, help="SuperLink port (+2 control)")
     r.add_argument("--cpus-per-client", type=float, default=1.0)
+    r.add_argument("--resume", action="store_true",
+                   help="continue from <output-dir>/checkpoint.json (last completed round)")
     r.add_argument("--timeout", type=float, default=3600.0,
                    help="seconds before the run is stopped")
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "experiment":
+        from pfedma_flwr.experiments.__main__ import main as experiment_main
+
+        return int(experiment_main(args[1:]) or 0)
+    sub.add_parser("experiment", help="run a paper experiment preset (see docs/experiments.md)")
     a = p.parse_args(argv)
     return run(
         config=a.config, num_clients=a.num_clients, output_dir=Path(a.output_dir),
         overrides=" ".join(shlex.quote(o) for o in a.overrides), data_dir=a.data_dir,
-        port=a.port, cpus_per_client=a.cpus_per_client, timeout=a.timeout,
+        port=a.port, cpus_per_client=a.cpus_per_client, timeout=a.timeout, resume=a.resume,
     )
