@@ -141,7 +141,8 @@ class CollaborationEngine:
         """
         if not self.clients:
             raise RuntimeError("plan_round before register_clients")
-        self._available = [c for c in self.clients if available is None or c in set(available)]
+        live = None if available is None else set(available)
+        self._available = [c for c in self.clients if live is None or c in live]
         s = self.settings
         global_rules = [r for r in self.rules.rules() if r.active]
         per_client: dict[str, list[RoutedQuery]] = {}
