@@ -277,12 +277,18 @@ class LocalDeployment:
 
     # ------------------------------------------------------------------ runs
 
-    def submit(self, *, config: str, output_dir: Path, overrides: str = "") -> int:
-        """``flwr run . pfedma-local``; return the run id."""
+    def submit(self, *, config: str, output_dir: Path, overrides: str = "",
+               resume: bool = False) -> int:
+        """``flwr run . pfedma-local``; return the run id.
+
+        ``resume`` continues from ``output_dir/checkpoint.json`` (the last completed round of an
+        earlier run that crashed or was stopped) instead of starting over.
+        """
         run_cfg = " ".join([f"config-name={_toml_str(config)}",
                             f"output-dir={_toml_str(str(Path(output_dir).resolve()))}",
                             f"data-dir={_toml_str(self.data_dir)}",
-                            f"overrides={_toml_str(overrides)}"])
+                            f"overrides={_toml_str(overrides)}",
+                            f"resume={'true' if resume else 'false'}"])
         res = self.flwr("run", ".", CONNECTION, "--format", "json", "--run-config", run_cfg,
                         timeout=180)
         try:
@@ -334,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=39611, help="SuperLink port")
     p.add_argument("--profile", action="append", default=[], help="profile of node i, in order")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before the run is stopped")
+    p.add_argument("--resume", action="store_true",
+                   help="continue OUTPUT_DIR's run from its checkpoint (last completed round)")
     p.add_argument("--keep-running", action="store_true",
                    help="leave the federation up after the run (Ctrl-C to stop)")
     p.add_argument("--insecure", action="store_true",
@@ -350,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     with dep:
         t0 = time.monotonic()
-        run_id = dep.submit(config=a.config, output_dir=out, overrides=" ".join(a.overrides))
+        run_id = dep.submit(config=a.config, output_dir=out, overrides=" ".join(a.overrides),
+                            resume=a.resume)
         logger.info("run %d submitted; results -> %s; logs -> %s", run_id, out,
                     dep.workdir / "logs")
         status = dep.wait(run_id, a.timeout)

@@ -22,7 +22,7 @@ from pfedma_flwr.config import load_config
 from pfedma_flwr.experiments import VariantRun, load_preset, preset_names, run_experiment
 from pfedma_flwr.experiments.tables import columns
 from pfedma_flwr.server_app import run_server
-from tests.fakegrid import FakeGrid
+from pfedma_flwr.testing import FakeGrid
 
 logger = logging.getLogger(__name__)
 

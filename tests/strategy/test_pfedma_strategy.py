@@ -123,7 +123,7 @@ def test_promoted_rule_reaches_clients_next_round(federation, tmp_path: Path):
 def test_departed_node_is_not_routed_to_again(federation, tmp_path: Path):
     # After the handshake node 0 leaves the federation (get_node_ids drops it, as after a
     # SIGTERM or heartbeat expiry): no query may be routed to it.
-    from tests.fakegrid import FakeGrid
+    from pfedma_flwr.testing import FakeGrid
 
     gone = []
 

@@ -12,7 +12,7 @@ from pfedma_flwr import client_components
 from pfedma_flwr.agents.backends import MockBackend
 from pfedma_flwr.config import load_config
 from pfedma_flwr.server_app import run_server
-from tests.fakegrid import FakeGrid
+from pfedma_flwr.testing import FakeGrid
 from tests.strategy.conftest import answer_json, read_jsonl
 
 

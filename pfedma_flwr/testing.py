@@ -1,4 +1,9 @@
-"""An in-process Grid: dispatches messages to a ClientApp with one Context per node (no Ray)."""
+"""An in-process Grid: dispatches messages to a ClientApp with one Context per node (no Ray).
+
+For tests, benchmarks (``bench/bench_strategy_overhead.py``) and debugging a custom strategy or
+ClientApp without Ray: ``run_server(FakeGrid(client_app, n, run_config), cfg)`` runs the real
+ServerApp and ClientApp code in one process, one message at a time.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +55,8 @@ class FakeGrid(Grid):
             try:
                 reply = fn(msg, ctx) if fn is not None else self.client_app(msg, ctx)
             except Exception as e:  # the real runtime turns handler exceptions into error replies
-                reply = Message(Error(ERROR_CODE_CLIENT_EXCEPTION, f"{type(e)}:<'{e}'>"), reply_to=msg)
+                err = Error(ERROR_CODE_CLIENT_EXCEPTION, f"{type(e)}:<'{e}'>")
+                reply = Message(err, reply_to=msg)
             finally:
                 TaskIdentity.node_id = 0
             if reply is not None:
