@@ -1,6 +1,6 @@
 """An in-process Grid: dispatches messages to a ClientApp with one Context per node (no Ray).
 
-For tests, benchmarks (``bench/bench_strategy_overhead.py``) and debugging a custom strategy or
+For tests, benchmarks and debugging a custom strategy or
 ClientApp without Ray: ``run_server(FakeGrid(client_app, n, run_config), cfg)`` runs the real
 ServerApp and ClientApp code in one process, one message at a time.
 """
@@ -11,10 +11,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
-
-ERROR_CODE_CLIENT_EXCEPTION = 0
 
 
 class FakeGrid(Grid):
@@ -55,7 +54,7 @@ class FakeGrid(Grid):
             try:
                 reply = fn(msg, ctx) if fn is not None else self.client_app(msg, ctx)
             except Exception as e:  # the real runtime turns handler exceptions into error replies
-                err = Error(ERROR_CODE_CLIENT_EXCEPTION, f"{type(e)}:<'{e}'>")
+                err = Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(e)}:<'{e}'>")
                 reply = Message(err, reply_to=msg)
             finally:
                 TaskIdentity.node_id = 0
