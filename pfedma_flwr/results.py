@@ -25,18 +25,22 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON via a temp file + rename so readers never see a half-written file."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text via a temp file + rename so readers never see a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(_jsonable(obj), f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
 
 
 class ResultsWriter:
@@ -46,16 +50,19 @@ class ResultsWriter:
     ----------
     out_dir : Path
         Absolute output directory (created if missing).
+    truncate : bool
+        Start ``rounds.jsonl`` and ``queries.jsonl`` empty (a new run); :meth:`resume` keeps them.
     """
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, *, truncate: bool = True) -> None:
         self.out_dir = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         self._rounds = out_dir / "rounds.jsonl"
         self._queries = out_dir / "queries.jsonl"
         self.checkpoint_path = out_dir / "checkpoint.json"
-        for p in (self._rounds, self._queries):
-            p.write_text("", encoding="utf-8")
+        if truncate:
+            for p in (self._rounds, self._queries):
+                p.write_text("", encoding="utf-8")
 
     @classmethod
     def resume(cls, out_dir: Path, last_round: int, finished: list[dict[str, Any]]
@@ -70,11 +77,11 @@ class ResultsWriter:
         kept = [ln for ln in rounds_path.read_text(encoding="utf-8").splitlines()
                 if ln.strip() and json.loads(ln).get("round", 0) <= last_round] \
             if rounds_path.exists() else []
-        self = cls(out_dir)
-        with open(self._rounds, "a", encoding="utf-8") as f:
-            f.writelines(ln + "\n" for ln in kept)
-        for rec in finished:
-            self.query(rec)
+        self = cls(out_dir, truncate=False)
+        # Replace, never truncate-then-append: a crash here must not lose the kept lines.
+        write_text_atomic(self._rounds, "".join(ln + "\n" for ln in kept))
+        write_text_atomic(self._queries, "".join(
+            json.dumps(_jsonable(rec), sort_keys=True) + "\n" for rec in finished))
         return self
 
     @staticmethod
