@@ -7,8 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from pfedma_flwr.experiments.presets import SIZES, preset_names
-from pfedma_flwr.experiments.runner import flwr_executor, run_experiment
+from pfedma_flwr.experiments.presets import SIZES, load_preset, preset_names
+from pfedma_flwr.experiments.runner import flwr_executor, run_experiment, select_variants
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,15 +24,27 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra override for every variant, e.g. --set strategy.t_max=3")
     p.add_argument("--reuse", action="store_true",
                    help="skip variants whose run directory already holds a completed run")
+    p.add_argument("--only", action="append", default=[], metavar="AXIS=LEVEL[,LEVEL]",
+                   help="run only these variants, e.g. --only rho=0.4 (repeat for more axes)")
     p.add_argument("--port", type=int, default=39291, help="SuperLink port (+2 control)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per variant")
     a = p.parse_args(argv)
+    only: dict[str, list[str]] = {}
+    for item in a.only:
+        axis, sep, levels = item.partition("=")
+        if not sep or not axis.strip() or not levels.strip():
+            p.error(f"--only expects AXIS=LEVEL[,LEVEL], got {item!r}")
+        only.setdefault(axis.strip(), []).extend(x.strip() for x in levels.split(","))
+    try:
+        select_variants(load_preset(a.name).variants(), only)
+    except ValueError as e:
+        p.error(str(e))
     logging.basicConfig(level=logging.INFO, format="[experiments] %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health poll otherwise
     out = Path(a.output_dir or f"outputs/experiments/{a.name}-{a.size}")
     result = run_experiment(a.name, size=a.size, output_dir=out, num_clients=a.num_clients,
                             executor=flwr_executor(a.port, a.timeout), extra=a.extra,
-                            reuse=a.reuse)
+                            reuse=a.reuse, only=only)
     logging.getLogger(__name__).info("wrote %s", ", ".join(result["files"]))
     return 0
 

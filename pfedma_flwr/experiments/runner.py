@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,12 +68,29 @@ def flwr_executor(port: int = 39291, timeout: float = 3600.0) -> Executor:
     return execute
 
 
+def select_variants(variants: Sequence[Any], only: Mapping[str, Sequence[str]]) -> list[Any]:
+    """The variants whose label of every axis in ``only`` is one of its listed levels.
+
+    Raises ``ValueError`` naming the axis or level when ``only`` names one the preset lacks.
+    """
+    for axis, levels in only.items():
+        known = {v.labels.get(axis) for v in variants} - {None}
+        if not known:
+            raise ValueError(f"--only: no axis {axis!r}; axes: "
+                             f"{sorted({a for v in variants for a in v.labels})}")
+        bad = [lvl for lvl in levels if lvl not in known]
+        if bad:
+            raise ValueError(f"--only: axis {axis!r} has no level {bad}; levels: {sorted(known)}")
+    return [v for v in variants if all(v.labels.get(a) in lv for a, lv in only.items())]
+
+
 def plan(preset: ExperimentPreset, size: str, output_dir: Path, *,
-         num_clients: int | None = None, extra: Sequence[str] = ()) -> list[tuple[Any, VariantRun]]:
+         num_clients: int | None = None, extra: Sequence[str] = (),
+         only: Mapping[str, Sequence[str]] | None = None) -> list[tuple[Any, VariantRun]]:
     """The runs of ``preset`` at ``size`` as ``(variant, VariantRun)`` pairs, in order."""
     spec = preset.size(size)
     out = []
-    for v in preset.variants():
+    for v in select_variants(preset.variants(), only or {}):
         over = {**spec.shared, **preset.base, **spec.overrides, **v.overrides,
                 "output.progress": False}
         out.append((v, VariantRun(
@@ -94,6 +111,7 @@ def _completed(out_dir: Path) -> bool:
 def run_experiment(
     name: str, *, size: str = "tiny", output_dir: Path, num_clients: int | None = None,
     executor: Executor | None = None, extra: Sequence[str] = (), reuse: bool = False,
+    only: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """Run experiment ``name``; write ``results.csv``/``.md``, plots and ``experiment.json``.
 
@@ -113,6 +131,8 @@ def run_experiment(
         Extra ``key=value`` overrides applied to every variant (last).
     reuse : bool
         Skip variants whose output directory already holds a completed run.
+    only : Mapping[str, Sequence[str]], optional
+        Run only the variants with these axis levels, e.g. ``{"rho": ["0.4"]}``.
 
     Returns
     -------
@@ -126,7 +146,8 @@ def run_experiment(
     runs: dict[str, RunData] = {}
     rows: list[dict[str, Any]] = []
     walls: dict[str, float] = {}
-    for variant, vr in plan(preset, size, output_dir, num_clients=num_clients, extra=extra):
+    for variant, vr in plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
+                            only=only):
         if reuse and _completed(vr.output_dir):
             logger.info("reusing %s", vr.output_dir)
         else:

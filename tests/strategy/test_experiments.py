@@ -97,3 +97,20 @@ def test_injection_asr_pfedma_vs_filtering_disabled(tmp_path: Path):
     assert 0.0 <= pf["ASR"] <= 1.0 and 0.0 <= off["ASR"] <= 1.0
     assert off["det"] == 0.0  # -all retains every response
     assert pf["exposure"] > 0.0  # malicious clients did take part
+
+
+def test_only_selects_variants_by_axis_level_and_names_bad_input(tmp_path: Path):
+    from pfedma_flwr.experiments.runner import select_variants
+
+    variants = load_preset("robustness").variants()
+    picked = select_variants(variants, {"rho": ["0.4"]})
+    assert [v.labels for v in picked] == [{"method": "PFedMA", "rho": "0.4"},
+                                          {"method": "-all", "rho": "0.4"}]
+    assert len(select_variants(variants, {"rho": ["0.0", "0.4"], "method": ["-all"]})) == 2
+    with pytest.raises(ValueError, match="no level \\['0.5'\\]"):
+        select_variants(variants, {"rho": ["0.5"]})
+    with pytest.raises(ValueError, match="no axis 'alpha'"):
+        select_variants(variants, {"alpha": ["1"]})
+    result = run_experiment("robustness", size="tiny", output_dir=tmp_path,
+                            executor=fakegrid_executor, only={"rho": ["0.4"]})
+    assert [r["variant"] for r in result["rows"]] == ["method=PFedMA_rho=0.4", "method=-all_rho=0.4"]
