@@ -16,24 +16,34 @@ from collections.abc import Sequence
 from typing import Any
 
 _CALC = re.compile(r"<<[^>]*>>")  # GSM8K calculator annotations
+_SENT = re.compile(r"(?<=[.?!])\s+|\n+")
+_WORD = re.compile(r"[a-z]{3,}|\d+(?:\.\d+)?")
+# Function words and the option claim's template words carry no support.
+_STOP = frozenset("the and with for that this from are was were has have had his her its "
+                  "their they how what which who does did into than then findings point "
+                  "option".split())
 ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
-MAX_CLAIMS = 6
-MAX_EVIDENCE = 3
+# Tight bounds keep answers short on CPU (every token is ~30-100 ms here) while leaving room for
+# a few reasoning steps; minItems forces evidence so the evidence anomaly has something to judge.
+MAX_CLAIMS = 4
+MAX_EVIDENCE = 2
 
 RESPONSE_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "claims": {
             "type": "array",
+            "minItems": 1,
             "maxItems": MAX_CLAIMS,
             "items": {
                 "type": "object",
                 "properties": {
-                    "claim": {"type": "string", "maxLength": 300},
+                    "claim": {"type": "string", "maxLength": 200},
                     "evidence": {
                         "type": "array",
+                        "minItems": 1,
                         "maxItems": MAX_EVIDENCE,
-                        "items": {"type": "string", "maxLength": 200},
+                        "items": {"type": "string", "maxLength": 160},
                     },
                 },
                 "required": ["claim", "evidence"],
@@ -64,28 +74,64 @@ _FORMAT = (
     "Reply with ONLY one JSON object, no text before or after it, of the form\n"
     '{"claims": [{"claim": "<one reasoning step or fact>", "evidence": ["<what supports it>"]}], '
     '"final_answer": "<answer>", "domain_fit": <0..1>, "self_confidence": <0..1>}\n'
-    "List the reasoning steps as claims first (at most {max_claims}), then the final answer. "
+    "List the reasoning steps as claims first (at most {max_claims}), each with the facts from "
+    "the question or earlier steps that support it as evidence, then the final answer. "
     "domain_fit says how well the question fits your expertise, self_confidence how sure you are."
 )
 
 
-def example_answer(answer: str, answer_kind: str) -> str:
-    r"""A JSON answer for a few-shot example.
+def _sentences(text: str) -> list[str]:
+    return [x.strip() for x in _SENT.split(text) if len(x.strip()) > 3]
 
-    A GSM8K-style answer (``"<steps>\n#### 72"``) becomes its steps as claims plus the final
-    answer, so the examples demonstrate reasoning-first output; a bare answer gets no claims.
+
+def _best_support(claim: str, candidates: Sequence[str]) -> str:
+    """The candidate sharing the most words with ``claim``, numbers counting 3× (first on ties)."""
+    words = set(_WORD.findall(claim.lower())) - _STOP
+
+    def overlap(c: str) -> int:
+        return sum(3 if w[0].isdigit() else 1 for w in words & set(_WORD.findall(c.lower())))
+
+    return max(candidates, key=overlap)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+
+
+def example_answer(answer: str, answer_kind: str, question: str = "") -> str:
+    r"""A JSON answer for a few-shot example, with evidence for every claim.
+
+    A GSM8K-style answer (``"<steps>\n#### 72"``) becomes its steps as claims (merged into at
+    most :data:`MAX_CLAIMS`) plus the final answer. Each claim's evidence is the sentence of
+    ``question`` or the earlier step it shares most words with, so the demonstrations teach the
+    evidence the anomaly evaluator checks. A bare multiple-choice answer gets one claim naming
+    the option, supported by the question sentence closest to it; other bare answers, or any
+    answer without a ``question``, get claims without evidence.
     """
     _check_kind(answer_kind)
     steps, sep, final = answer.rpartition("####")
-    claims = []
+    lines: list[str] = []
     if sep:
-        lines = [_CALC.sub("", ln).strip() for ln in steps.splitlines()]
-        claims = [{"claim": ln, "evidence": []} for ln in lines if ln][:MAX_CLAIMS]
+        lines = [ln for ln in (_CALC.sub("", x).strip() for x in steps.splitlines()) if ln]
+        if len(lines) > MAX_CLAIMS:  # merge the tail so no step of the solution is dropped
+            lines = lines[: MAX_CLAIMS - 1] + [" ".join(lines[MAX_CLAIMS - 1:])]
     else:
         final = answer
+        letter = answer.strip()
+        option = re.search(rf"^{re.escape(letter)}[.)]\s*(.+)$", question, re.M) \
+            if answer_kind == "option" and letter else None
+        if option:
+            lines = [f"The findings point to option {letter}: {option.group(1).strip()}."]
+    facts = _sentences(re.sub(r"^[A-Z][.)].*$", "", question, flags=re.M))
+    claims = []
+    for i, ln in enumerate(lines):
+        pool = facts + lines[:i]
+        ev = [_clip(_best_support(ln, pool), 160)] if pool else []
+        claims.append({"claim": _clip(ln, 200), "evidence": ev})
     final = final.strip().replace(",", "") if answer_kind == "number" else final.strip()
     return json.dumps(
-        {"claims": claims, "final_answer": final, "domain_fit": 1.0, "self_confidence": 1.0}
+        {"claims": claims, "final_answer": final, "domain_fit": 1.0, "self_confidence": 1.0},
+        ensure_ascii=False,
     )
 
 
@@ -157,7 +203,8 @@ def build_agent_messages(
     ]
     for question, answer in few_shot:
         msgs.append({"role": "user", "content": question.strip()})
-        msgs.append({"role": "assistant", "content": example_answer(answer, answer_kind)})
+        msgs.append({"role": "assistant",
+                     "content": example_answer(answer, answer_kind, question)})
     msgs.append(
         {"role": "user", "content": user_prompt(query_text=query_text, refinement=refinement)}
     )

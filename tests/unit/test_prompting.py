@@ -71,3 +71,34 @@ def test_empty_profile_gets_default_and_validation():
         build_agent_messages(profile_prompt="p", query_text="  ")
     with pytest.raises(ValueError, match="answer_kind"):
         build_agent_messages(profile_prompt="p", query_text="q", answer_kind="essay")
+
+
+def test_few_shot_claims_carry_evidence_from_question_and_earlier_steps():
+    q = "James runs 3 sprints 3 times a week. He runs 60 meters each sprint. How far a week?"
+    ans = json.loads(example_answer("He sprints 3*3=9 times.\nSo he runs 9*60=540 meters.\n#### 540",
+                                    "number", q))
+    # step 1 shares "3" (3x weight) and "sprints" with sentence 1; step 2 shares "9" with step 1
+    # and "60" with sentence 2: a tie (3+1 "runs" vs 3+1 "runs"), the question sentence wins.
+    assert ans["claims"][0]["evidence"] == ["James runs 3 sprints 3 times a week."]
+    assert ans["claims"][1]["evidence"] == ["He runs 60 meters each sprint."]
+    assert ans["final_answer"] == "540"
+
+
+def test_few_shot_long_solutions_merge_the_tail_instead_of_dropping_steps():
+    steps = "\n".join(f"Step {i} gives {i}." for i in range(1, 8))
+    claims = json.loads(example_answer(steps + "\n#### 7", "number", "Q with 1 and 2."))["claims"]
+    assert len(claims) == MAX_CLAIMS
+    assert claims[-1]["claim"] == "Step 4 gives 4. Step 5 gives 5. Step 6 gives 6. Step 7 gives 7."
+
+
+def test_few_shot_option_answer_names_the_option_with_supporting_sentence():
+    q = ("A man has chest pain radiating to the left arm. His ECG shows ST elevation.\n"
+         "Which is the diagnosis?\nA. Gastritis\nB. Myocardial infarction with ST elevation")
+    ans = json.loads(example_answer("B", "option", q))
+    assert ans["claims"] == [{
+        "claim": "The findings point to option B: Myocardial infarction with ST elevation.",
+        "evidence": ["His ECG shows ST elevation."],
+    }]
+    # schema: every generated claim needs at least one evidence item
+    items = RESPONSE_JSON_SCHEMA["properties"]["claims"]["items"]["properties"]["evidence"]
+    assert items["minItems"] == 1
