@@ -320,10 +320,15 @@ def test_batched_equals_sequential_shared_prefix_and_schema(smol_pair):
         )
         for q in ("3+4?", "10-7?")
     ]
+    # a plain chat prompt: the model's own argmax is not JSON, so the batched sampler's
+    # argmax-first grammar check must fall back to the full-vocabulary check
+    prompts.append(user("Name three colors."))
+    fallbacks = b.grammar_fallbacks
     rb = b.generate(prompts, max_tokens=24, json_schema=RESPONSE_JSON_SCHEMA)
     rs = s.generate(prompts, max_tokens=24, json_schema=RESPONSE_JSON_SCHEMA)
     assert [r.text for r in rb] == [r.text for r in rs]
     assert all(r.text.lstrip().startswith("{") for r in rb)  # grammar forces JSON
+    assert b.grammar_fallbacks > fallbacks
 
 
 @needs_llama

@@ -4,8 +4,9 @@ llama-cpp-python's high-level API generates for one prompt at a time. ``mode="ba
 the low-level API instead: one ``llama_context`` with ``n_seq_max`` = batch size and a unified KV
 cache; all prompts are prefilled in shared ``llama_batch``es (one ``seq_id`` per prompt), then
 every step decodes one token of each still-active sequence in a single ``llama_decode`` and
-samples each sequence from its own logits row with its own sampler chain (grammar for JSON
-schema, then greedy or temperature + seeded dist). ``mode="sequential"`` is the high-level
+samples each sequence from its own logits row with its own sampler (greedy under a JSON-schema
+grammar checks the plain argmax first, see ``llama_sampling``; otherwise a chain of grammar, then
+greedy or temperature + seeded dist). ``mode="sequential"`` is the high-level
 ``create_chat_completion`` per prompt, kept as a reference and fallback.
 
 Prompts use the chat template stored in the GGUF metadata, formatted exactly as
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
 from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, embedded_model_path
+from pfedma_flwr.agents.backends.llama_sampling import ChainSampler, GrammarGreedySampler
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +130,9 @@ class LlamaCppBackend(Backend):
         )
         self._formatter = self._make_formatter()
         self._vocab = self.llm._model.vocab
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        # steps where the grammar rejected the plain argmax (full-vocabulary check needed)
+        self.grammar_fallbacks = 0
         self._ctx: Any = None
         self._ctx_cells = 0
         self._ctx_seqs = 0
@@ -238,15 +243,9 @@ class LlamaCppBackend(Backend):
         )
 
     def _make_sampler(self, temperature: float, grammar: Any, seed: int) -> Any:
-        sampler = self._ll._internals.LlamaSampler()
-        if grammar is not None:
-            sampler.add_grammar(self.llm._model, grammar)
-        if temperature == 0.0:
-            sampler.add_greedy()
-        else:
-            sampler.add_temp(temperature)
-            sampler.add_dist(seed & 0xFFFFFFFF)
-        return sampler
+        if grammar is not None and temperature == 0.0:
+            return GrammarGreedySampler(self._ll, self._vocab, grammar, self._n_vocab)
+        return ChainSampler(self._ll, self.llm._model, temperature, grammar, seed)
 
     def _ensure_context(self, per_seq: int, n_seqs: int) -> None:
         if self._ctx is not None and self._ctx_cells >= per_seq and self._ctx_seqs >= n_seqs:
@@ -312,6 +311,8 @@ class LlamaCppBackend(Backend):
                 self._ctx = None
                 return [r if r is not None else GenerationResult.failure("lost") for r in results]
         for s in seqs:
+            self.grammar_fallbacks += getattr(s.sampler, "fallbacks", 0)
+            s.sampler.close()
             results[s.index] = GenerationResult(
                 text=self.llm.detokenize(s.out).decode("utf-8", errors="replace")
                 if s.finish != "stop_string"
@@ -328,7 +329,7 @@ class LlamaCppBackend(Backend):
             raise RuntimeError(f"llama_decode returned {rc}")
 
     def _accept(self, s: _Seq, idx: int, stops: list[bytes]) -> None:
-        tok = self._ll.llama_sampler_sample(s.sampler.sampler, self._ctx.ctx, idx)
+        tok = s.sampler.sample(self._ctx.ctx, idx)
         if self._ll.llama_vocab_is_eog(self._vocab, tok):
             s.finish = "stop"
             return
