@@ -18,7 +18,7 @@ from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.prompting import RESPONSE_JSON_SCHEMA, build_agent_messages
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
-from pfedma_flwr.data.retrieval import retrieve_examples
+from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol import ClientDescription
 from pfedma_flwr.rules.local_repo import LocalRuleRepository, RuleMode
@@ -29,6 +29,7 @@ from pfedma_flwr.schema import (
     Limits,
     ProcessedResponse,
     RespondInstruction,
+    RoutedQuery,
     RuleCandidate,
 )
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 STATE_VERSION = 1
+FEW_SHOT_SCOPES: tuple[str, ...] = ("batch", "query")
 _MODES = {"full": RuleMode.FULL, "NR": RuleMode.NR, "SR": RuleMode.SR, "LE": RuleMode.LE,
           "G2L": RuleMode.G2L, "L2G": RuleMode.L2G}
 
@@ -92,8 +94,10 @@ class ClientAgent:
         Embedding model and PII recognizer.
     rule_mode : str
         ``rules.mode`` (full / NR / SR / LE / G2L / L2G).
-    few_shot, experience_size, max_tokens, temperature, sim_threshold, phi_default
-        See ``conf/pfedma.yaml``.
+    few_shot, few_shot_scope, experience_size, max_tokens, temperature
+        See ``conf/pfedma.yaml`` (``agent`` section).
+    sim_threshold, phi_default
+        See ``conf/pfedma.yaml`` (``rules`` section).
     sensitive_items : Sequence[str]
         Extra private strings of this client (e.g. from the node config) besides those of
         ``D_i``'s tasks.
@@ -105,13 +109,18 @@ class ClientAgent:
     def __init__(
         self, *, profile: AgentProfile, backend: Backend, private_data: Sequence[Task],
         embedder: Embedder, recognizer: PiiRecognizer | None, rule_mode: str = "full",
-        few_shot: int = 2, experience_size: int = 32, max_tokens: int = 320,
+        few_shot: int = 2, few_shot_scope: str = "batch", experience_size: int = 32,
+        max_tokens: int = 320,
         temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
         client_key: str = "", adversary: Adversary | None = None,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
+        if few_shot_scope not in FEW_SHOT_SCOPES:
+            raise ValueError(f"few_shot_scope must be one of {FEW_SHOT_SCOPES}, "
+                             f"got {few_shot_scope!r}")
+        self.few_shot_scope = few_shot_scope
         self.profile, self.backend, self.embedder = profile, backend, embedder
         self.private_data = list(private_data)
         self.recognizer = recognizer
@@ -140,11 +149,9 @@ class ClientAgent:
         adapt = state.rules.adapt(list(ins.global_rules), state.experience, self.embedder,
                                   sim_threshold=self.sim_threshold, phi_default=self.phi_default)
         prompts = []
+        shots_of = self._demonstrations(ins.queries)
         for q in ins.queries:
-            # Demonstrations must show the same answer format as the query.
-            pool = [t for t in self.private_data if t.answer_kind == q.answer_kind]
-            shots = retrieve_examples(q.text, pool, self.few_shot, self.embedder) \
-                if self.few_shot and pool else []
+            shots = shots_of[q.query_id]
             prompts.append(build_agent_messages(
                 profile_prompt=self.profile.prompt,
                 query_text=self.adversary.task_text(q.query_id, q.text) if self.adversary
@@ -188,6 +195,30 @@ class ClientAgent:
             feedback=tuple(state.rules.round_feedback()), backend_calls=1,
             tokens=sum(g.tokens for g in gens), gen_seconds=gen_seconds,
         )
+
+    def _demonstrations(self, queries: Sequence[RoutedQuery]) -> dict[str, list[Task]]:
+        """Few-shot examples from ``D_i`` per query, of the query's answer format.
+
+        ``few_shot_scope="batch"`` gives all queries of one answer format the same examples
+        (nearest to the group's mean embedding), so their prompts share a prefix that the
+        batched backend prefills once; ``"query"`` retrieves per query.
+        """
+        out: dict[str, list[Task]] = {q.query_id: [] for q in queries}
+        if not self.few_shot:
+            return out
+        for kind in dict.fromkeys(q.answer_kind for q in queries):
+            pool = [t for t in self.private_data if t.answer_kind == kind]
+            group = [q for q in queries if q.answer_kind == kind]
+            if not pool:
+                continue
+            if self.few_shot_scope == "batch":
+                shots = get_retriever(pool, self.embedder).retrieve_for_batch(
+                    [q.text for q in group], self.few_shot)
+                out.update({q.query_id: shots for q in group})
+            else:
+                out.update({q.query_id: retrieve_examples(q.text, pool, self.few_shot,
+                                                          self.embedder) for q in group})
+        return out
 
     def _remember(self, state: AgentState, item: str) -> None:
         if self.experience_size == 0:

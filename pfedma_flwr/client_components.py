@@ -79,7 +79,7 @@ def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
         profile=profile, backend=make_configured_backend(backend),
         private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
         recognizer=get_recognizer(cfg.rules.pii), rule_mode=cfg.rules.mode,
-        few_shot=a.few_shot, experience_size=a.experience_size,
+        few_shot=a.few_shot, few_shot_scope=a.few_shot_scope, experience_size=a.experience_size,
         max_tokens=backend.max_tokens, temperature=backend.temperature,
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
         limits=cfg.protocol.limits(),

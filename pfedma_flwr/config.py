@@ -130,6 +130,8 @@ class AgentConfig:
 
     backend: BackendConfig = field(default_factory=BackendConfig)
     few_shot: int = 2
+    # batch: one set of examples per answer format and message (shared, prefilled once) | query
+    few_shot_scope: str = "batch"
     experience_size: int = 32
     # profile names per client (client i gets profiles[i % len]); empty = built-in rotation
     profiles: list[str] = field(default_factory=list)
@@ -257,6 +259,8 @@ def _validate(cfg: PFedMAConfig) -> None:
          f"data.partition must be one of {PARTITIONS}, got {d.partition!r}"),
         (d.alpha > 0, f"data.alpha must be > 0, got {d.alpha}"),
         (cfg.agent.few_shot >= 0, "agent.few_shot must be >= 0"),
+        (cfg.agent.few_shot_scope in ("batch", "query"),
+         f"agent.few_shot_scope must be batch|query, got {cfg.agent.few_shot_scope!r}"),
         (cfg.agent.backend.max_tokens >= 1, "agent.backend.max_tokens must be >= 1"),
         (0.0 <= cfg.adversary.ratio <= 1.0,
          f"adversary.ratio must be in [0,1], got {cfg.adversary.ratio}"),

@@ -57,12 +57,28 @@ class FewShotRetriever:
             raise ValueError(f"k must be >= 0, got {k}")
         if k == 0 or not self.pool:
             return []
-        sims = self.scores(query)
-        ranked = np.argsort(-sims, kind="stable")
+        return self._top(self.scores(query), k, {query} if exclude_same_question else set())
+
+    def retrieve_for_batch(self, queries: Sequence[str], k: int) -> list[Task]:
+        """The ``k`` pool tasks with the highest mean cosine to all ``queries``.
+
+        One set of demonstrations for a whole batch keeps the prompts' prefix (system prompt +
+        demonstrations) identical, so a batched backend prefills it once instead of once per
+        query. A pool task whose question equals any of the queries is skipped.
+        """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        if k == 0 or not self.pool or not queries:
+            return []
+        q = self.embedder.encode(list(queries))
+        return self._top(np.asarray(self._matrix @ q.mean(axis=0), dtype=np.float32), k,
+                         set(queries))
+
+    def _top(self, sims: np.ndarray, k: int, exclude: set[str]) -> list[Task]:
         out: list[Task] = []
-        for i in ranked:
+        for i in np.argsort(-sims, kind="stable"):  # ties keep pool order
             task = self.pool[int(i)]
-            if exclude_same_question and task.question == query:
+            if task.question in exclude:
                 continue
             out.append(task)
             if len(out) == k:
