@@ -23,10 +23,13 @@ _STOP = frozenset("the and with for that this from are was were has have had his
                   "their they how what which who does did into than then findings point "
                   "option".split())
 ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
-# Tight bounds keep answers short on CPU (every token is ~30-100 ms here) while leaving room for
-# a few reasoning steps; minItems forces evidence so the evidence anomaly has something to judge.
-MAX_CLAIMS = 4
-MAX_EVIDENCE = 2
+# Tight bounds keep answers short: decoding dominates a CPU client's time (a default-run client
+# spent ~70 % of its generation on ~240 answer tokens per query with 4 claims x 2 evidence), and
+# three steps with one piece of evidence each still show the reasoning. minItems forces evidence
+# so the evidence anomaly has something to judge.
+MAX_CLAIMS = 3
+MAX_EVIDENCE = 1
+MAX_EVIDENCE_CHARS = 120
 
 RESPONSE_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -43,7 +46,7 @@ RESPONSE_JSON_SCHEMA: dict[str, Any] = {
                         "type": "array",
                         "minItems": 1,
                         "maxItems": MAX_EVIDENCE,
-                        "items": {"type": "string", "maxLength": 160},
+                        "items": {"type": "string", "maxLength": MAX_EVIDENCE_CHARS},
                     },
                 },
                 "required": ["claim", "evidence"],
@@ -126,7 +129,7 @@ def example_answer(answer: str, answer_kind: str, question: str = "") -> str:
     claims = []
     for i, ln in enumerate(lines):
         pool = facts + lines[:i]
-        ev = [_clip(_best_support(ln, pool), 160)] if pool else []
+        ev = [_clip(_best_support(ln, pool), MAX_EVIDENCE_CHARS)] if pool else []
         claims.append({"claim": _clip(ln, 200), "evidence": ev})
     final = final.strip().replace(",", "") if answer_kind == "number" else final.strip()
     return json.dumps(

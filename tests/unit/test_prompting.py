@@ -88,7 +88,9 @@ def test_few_shot_long_solutions_merge_the_tail_instead_of_dropping_steps():
     steps = "\n".join(f"Step {i} gives {i}." for i in range(1, 8))
     claims = json.loads(example_answer(steps + "\n#### 7", "number", "Q with 1 and 2."))["claims"]
     assert len(claims) == MAX_CLAIMS
-    assert claims[-1]["claim"] == "Step 4 gives 4. Step 5 gives 5. Step 6 gives 6. Step 7 gives 7."
+    assert MAX_CLAIMS == 3
+    assert claims[-1]["claim"] == ("Step 3 gives 3. Step 4 gives 4. Step 5 gives 5. "
+                                   "Step 6 gives 6. Step 7 gives 7.")
 
 
 def test_few_shot_option_answer_names_the_option_with_supporting_sentence():
