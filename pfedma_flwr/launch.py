@@ -104,12 +104,35 @@ def _toml_str(s: str) -> str:
     return json.dumps(s)  # a JSON string literal is a valid TOML basic string
 
 
+def cpus_per_client_for(config: str, overrides: str = "", cpu_count: int | None = None) -> float:
+    """Ray CPUs reserved per ClientApp: the embedded model's llama.cpp threads, else 1.
+
+    Reserving as many CPUs as the client's llama.cpp threads keeps threads x concurrent clients
+    at the core count (oversubscribed ggml thread pools slow down sharply). Capped at the
+    machine's cores so that a client can always be scheduled. Also validates the configuration
+    before anything starts.
+    """
+    from pfedma_flwr.config import load_config
+
+    cfg = load_config({"config-name": config, "overrides": overrides})
+    cores = cpu_count or os.cpu_count() or 1
+    backend = cfg.agent.backend
+    if backend.name != "embedded":
+        return 1.0
+    return float(max(1, min(backend.n_threads or cores, cores)))
+
+
 def run(
     *, config: str, num_clients: int, output_dir: Path, overrides: str = "",
-    data_dir: str = "", port: int = DEFAULT_PORT, cpus_per_client: float = 1.0,
+    data_dir: str = "", port: int = DEFAULT_PORT, cpus_per_client: float | None = None,
     timeout: float = 3600.0, resume: bool = False,
 ) -> int:
-    """Run one simulation; return 0 only if Flower reports success and the results exist."""
+    """Run one simulation; return 0 only if Flower reports success and the results exist.
+
+    ``cpus_per_client=None`` derives it from the configuration (:func:`cpus_per_client_for`).
+    """
+    if cpus_per_client is None:
+        cpus_per_client = cpus_per_client_for(config, overrides)
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     # The app bundle carries no data files: point the run at the repository's data/ by default.
@@ -202,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--set", dest="overrides", action="append", default=[],
                    help="dotted config override, e.g. --set strategy.t_max=3 (repeatable)")
     r.add_argument("--port", type=int, default=DEFAULT_PORT, help="SuperLink port (+2 control)")
-    r.add_argument("--cpus-per-client", type=float, default=1.0)
+    r.add_argument("--cpus-per-client", type=float, default=None,
+                   help="Ray CPUs per ClientApp (default: the embedded model's "
+                        "agent.backend.n_threads, capped at the cores; 1 for other backends)")
     r.add_argument("--resume", action="store_true",
                    help="continue from <output-dir>/checkpoint.json (last completed round)")
     r.add_argument("--timeout", type=float, default=3600.0,

@@ -73,3 +73,24 @@ def test_config_errors_name_the_key(rc, match):
 def test_parse_overrides_quotes():
     d = parse_overrides("agent.backend.base_url='http://x:1/v1' data.benchmarks=[gsm8k]")
     assert d.agent.backend.base_url == "http://x:1/v1"
+
+
+@pytest.mark.parametrize("config,overrides,cores,expected", [
+    ("pfedma", "", 2, 2.0),                            # default: 2 llama.cpp threads per client
+    ("pfedma", "agent.backend.n_threads=1", 2, 1.0),
+    ("pfedma", "agent.backend.n_threads=8", 4, 4.0),   # capped: a client must fit the machine
+    ("pfedma", "agent.backend.n_threads=0", 16, 16.0),  # 0 = all cores
+    ("tiny", "", 2, 1.0),                              # mock backend: no model threads
+    ("pfedma", "agent.backend.name=openai", 8, 1.0),   # endpoint clients only wait on HTTP
+])
+def test_launcher_reserves_llama_threads_as_ray_cpus(config, overrides, cores, expected):
+    from pfedma_flwr.launch import cpus_per_client_for
+
+    assert cpus_per_client_for(config, overrides, cpu_count=cores) == expected
+
+
+def test_launcher_validates_config_before_starting():
+    from pfedma_flwr.launch import cpus_per_client_for
+
+    with pytest.raises(ConfigError, match="agent.few_shot_scope"):
+        cpus_per_client_for("pfedma", "agent.few_shot_scope=round")
