@@ -110,6 +110,8 @@ class RoutingConfig:
     use_reliability: bool = True
     # -RQ ablation sets this false (resend the task unchanged)
     refine_query: bool = True
+    # after round 1 ask only as many clients as the stopping rule still needs (heuristic)
+    adaptive_k: bool = False
 
 
 @dataclass

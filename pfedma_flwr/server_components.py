@@ -53,9 +53,11 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
     if r.orchestrator == "random":
         return factory(k_max=cfg.strategy.k_max, seed=cfg.seed, stop_support=r.stop_support,
                        embedder=embedder)
+    # Only passed when on, so plug-in orchestrators without the option keep working.
+    extra = {"adaptive_k": True} if r.adaptive_k else {}
     return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
                    exploration_c=r.exploration_c, use_capability=r.use_capability,
-                   use_reliability=r.use_reliability, embedder=embedder)
+                   use_reliability=r.use_reliability, embedder=embedder, **extra)
 
 
 def build_engine(

@@ -106,10 +106,23 @@ def _check_k(k: int | None, name: str) -> int | None:
     return k
 
 
+MIN_AGREEING = 2  # the stopping rule's "at least 2 agreeing retained responses"
+
+
 def should_stop(z: CollabState | None, round: int, stop_support: float) -> bool:
     """§3.12 stopping rule: after round 1, ``z.support ≥ stop_support`` with ≥ 2 agreeing."""
     return (round > 1 and z is not None and z.n_agreeing >= 2
             and z.support >= stop_support)
+
+
+def votes_needed(z: CollabState | None, k_max: int) -> int:
+    """Clients to ask after round 1 so the stop rule can fire: ``2 − n_agreeing`` in [1, K_max].
+
+    ``z`` aggregates every round's retained responses, so after two disagreeing answers one more
+    agreeing vote already gives 2 agreeing; after none retained, two are needed.
+    """
+    agreeing = z.n_agreeing if z is not None else 0
+    return min(k_max, max(1, MIN_AGREEING - agreeing))
 
 
 class HeuristicOrchestrator:
@@ -120,7 +133,8 @@ class HeuristicOrchestrator:
     the candidates. Round 1 takes the top K_max; later rounds STOP when ``z.support ≥
     stop_support`` with at least 2 agreeing retained responses, else take the top K_max among
     clients not yet asked for this query, filling up with asked ones. Ties go to the smaller
-    client id.
+    client id. With ``adaptive_k`` later rounds ask only :func:`votes_needed` clients (at
+    most K_max), which saves answers without changing when a query can stop.
 
     Parameters
     ----------
@@ -134,6 +148,9 @@ class HeuristicOrchestrator:
         False for the -IA / -RT ablations (``C := 1`` / ``S := 1``).
     embedder : Embedder, optional
         Embeds the query and profiles that come without an embedding.
+    adaptive_k : bool
+        After round 1 ask only as many clients as the stopping rule still needs
+        (``routing.adaptive_k``).
     """
 
     def __init__(
@@ -145,6 +162,7 @@ class HeuristicOrchestrator:
         use_capability: bool = True,
         use_reliability: bool = True,
         embedder: Embedder | None = None,
+        adaptive_k: bool = False,
     ) -> None:
         _check_k(k_max, "k_max")
         if not 0.0 <= stop_support <= 1.0:
@@ -157,6 +175,7 @@ class HeuristicOrchestrator:
         self.use_capability = use_capability
         self.use_reliability = use_reliability
         self.embedder = embedder
+        self.adaptive_k = adaptive_k
 
     def _embed(self, text: str, given: np.ndarray | None, what: str) -> np.ndarray:
         if given is not None:
@@ -209,18 +228,21 @@ class HeuristicOrchestrator:
             return Selection.stop_now(f"support {z.support:.2f} >= {self.stop_support}")
         scored = sorted(zip(self.scores(query, candidates), candidates, strict=True),
                         key=lambda sc: (-sc[0], sc[1].client_id))
+        n = k
         if round > 1:
             # Stable sort: not-yet-asked clients first, each part still by score.
             scored.sort(key=lambda sc: sc[1].asked_for_this_query)
-        chosen = tuple(c.client_id for _, c in scored[:k])
+            if self.adaptive_k:
+                n = votes_needed(z, k)
+        chosen = tuple(c.client_id for _, c in scored[:n])
         return validate_selection(Selection(chosen), [c.client_id for c in candidates], k)
 
     def summary(self) -> None:
         """Log the configuration."""
         logger.info(
-            "HeuristicOrchestrator: k_max=%d, stop_support=%.2f, c=%.3f, C=%s, S=%s",
-            self.k_max, self.stop_support, self.exploration_c, self.use_capability,
-            self.use_reliability,
+            "HeuristicOrchestrator: k_max=%d, stop_support=%.2f, c=%.3f, C=%s, S=%s, "
+            "adaptive_k=%s", self.k_max, self.stop_support, self.exploration_c,
+            self.use_capability, self.use_reliability, self.adaptive_k,
         )
 
 

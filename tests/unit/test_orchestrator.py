@@ -167,3 +167,21 @@ def test_registry_and_validation():
             orch(**kw)
     with pytest.raises(ValueError, match="round"):
         orch().select(Q, None, [cand("a")], round=0)
+
+
+@pytest.mark.parametrize("n_agreeing,n_retained,k_max,expected", [
+    (1, 2, 3, ("c",)),          # split vote 1:1 -> one more agreeing vote makes 2 agreeing
+    (0, 0, 3, ("c", "b")),      # nothing retained -> 2 votes needed
+    (2, 4, 3, ("c",)),          # 2 agree but support < stop_support: one more vote
+    (0, 0, 1, ("c",)),          # never more than K_max
+])
+def test_adaptive_k_asks_only_the_votes_still_needed(n_agreeing, n_retained, k_max, expected):
+    z = CollabState(answer="18" if n_retained else "", canonical="18" if n_retained else "",
+                    support=0.5 if n_retained else 0.0, round=1, n_agreeing=n_agreeing,
+                    n_retained=n_retained)
+    cands = [cand("a", asked_now=True), cand("b"), cand("c")]
+    assert orch(k_max=k_max, adaptive_k=True).select(Q, z, cands, round=2).clients == expected
+    # round 1 always takes K_max; without adaptive_k later rounds do too
+    assert len(orch(k_max=k_max, adaptive_k=True).select(Q, None, cands, round=1).clients) \
+        == k_max
+    assert len(orch(k_max=k_max).select(Q, z, cands, round=2).clients) == k_max
