@@ -188,10 +188,13 @@ class LocalDeployment:
 
     def healthy(self) -> bool:
         """True when the SuperLink answers ``/health`` (over TLS verified against our CA)."""
+        import ssl
+
         import httpx
 
         scheme = "http" if self.insecure else "https"
-        verify: Any = False if self.insecure else str(self.certs / "ca.crt")
+        verify: Any = False if self.insecure else \
+            ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
         try:
             return httpx.get(f"{scheme}://127.0.0.1:{self.port}/health", timeout=2.0,
                              verify=verify).is_success
@@ -246,9 +249,64 @@ class LocalDeployment:
         proc.signal_group(sig)
         proc.popen.wait(timeout=30)
 
+    def superexec_pids(self) -> list[int]:
+        """PIDs of the SuperExec the SuperLink auto-launched (its own session, not our group).
+
+        Flower 1.42 detaches SuperExec (``start_new_session``) with ``--parent-pid <superlink>``;
+        SuperExec then starts each run's ``flwr-serverapp`` as its child.
+        """
+        import psutil
+
+        if self.link is None:
+            return []
+        pids = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            cmd = p.info["cmdline"] or []
+            if (any("flower-superexec" in c for c in cmd) and "--parent-pid" in cmd
+                    and cmd[cmd.index("--parent-pid") + 1:][:1] == [str(self.link.popen.pid)]):
+                pids.append(int(p.info["pid"]))
+        return pids
+
+    def serverapp_pids(self) -> list[int]:
+        """PIDs of the running ``flwr-serverapp`` processes of this deployment."""
+        import psutil
+
+        pids = []
+        for sx in self.superexec_pids():
+            try:
+                children = psutil.Process(sx).children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for c in children:
+                try:
+                    if any("flwr-serverapp" in part for part in c.cmdline()):
+                        pids.append(c.pid)
+                except psutil.NoSuchProcess:
+                    pass
+        return pids
+
+    def kill_serverapp(self, sig: int = signal.SIGKILL, timeout: float = 30) -> list[int]:
+        """Kill the running ServerApp process(es) (a server crash); return the killed PIDs."""
+        import psutil
+
+        pids = self.serverapp_pids()
+        if not pids:
+            raise RuntimeError("no flwr-serverapp process found under this SuperLink's SuperExec")
+        procs = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                proc.send_signal(sig)
+                procs.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=timeout)
+        return pids
+
     def stop(self) -> None:
         """SIGTERM every component's process group, then SIGKILL what is left after 15 s."""
         procs = [*self.nodes, *([self.link] if self.link else [])]
+        superexecs = self.superexec_pids()
         for p in procs:
             if p.alive():
                 p.signal_group(signal.SIGTERM)
@@ -263,6 +321,11 @@ class LocalDeployment:
                 p.popen.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 logger.error("%s (pid %d) did not exit", p.name, p.popen.pid)
+        for pid in superexecs:  # it exits with its parent; make sure, with its ServerApps
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def __enter__(self) -> LocalDeployment:
         try:
