@@ -1,6 +1,7 @@
 """Batched vs one-by-one generation on the embedded llama.cpp model (both measured in one run).
 
     python3 bench/bench_batched_generation.py [--model smollm2-135m] [--n 8] [--max-tokens 64]
+        [--schema] [--threads 2] [--reps 2]
 
 Greedy; both modes get the same 8 prompts (shared agent system prompt, different questions),
 and the script checks that their texts are identical before reporting the speed ratio.
@@ -17,7 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pfedma_flwr.agents.backends.llama_cpp_backend import LlamaCppBackend  # noqa: E402
-from pfedma_flwr.agents.prompting import build_agent_messages  # noqa: E402
+from pfedma_flwr.agents.prompting import (  # noqa: E402
+    RESPONSE_JSON_SCHEMA,
+    build_agent_messages,
+)
 
 logger = logging.getLogger("bench_batched")
 REPO = Path(__file__).resolve().parents[1]
@@ -39,17 +43,21 @@ def write_row(path: Path, row: str) -> None:
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     head, _, section = text.partition(SECTION)
     rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| model")]
-    model = row.split("|")[1]
-    rows = [r for r in rows if r.split("|")[1] != model] + [row]
+    key = row.split("|")[1:3]  # one row per (model, schema); rows of an older layout dropped
+    ncols = row.count("|")
+    rows = [r for r in rows if r.split("|")[1:3] != key and r.count("|") == ncols] + [row]
     section = "\n".join(
         [
             SECTION,
             "",
-            "`bench/bench_batched_generation.py`: agent prompts (shared system prompt), greedy, "
-            "best of 2 reps, both modes in one run; identical = batched texts equal one-by-one.",
+            "`bench/bench_batched_generation.py [--schema]`: agent prompts (shared system "
+            "prompt), greedy, best of `--reps`, both modes in one run; JSON schema = the agents' "
+            "grammar-constrained answer format (what clients run); identical = batched texts "
+            "equal one-by-one.",
             "",
-            "| model | prompts | max tokens | batched s | one-by-one s | speed-up | identical |",
-            "|---|---|---|---|---|---|---|",
+            "| model | JSON schema | prompts | max tokens | batched s | one-by-one s | speed-up "
+            "| identical |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )
@@ -64,6 +72,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--schema", action="store_true",
+                    help="constrain answers to the agents' JSON schema (the clients' workload)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "models.md")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -79,7 +89,8 @@ def main() -> None:
     for rep in range(args.reps):
         for mode, be in backends.items():
             t0 = time.perf_counter()
-            res = be.generate(prompts, max_tokens=args.max_tokens)
+            res = be.generate(prompts, max_tokens=args.max_tokens,
+                              json_schema=RESPONSE_JSON_SCHEMA if args.schema else None)
             dt = time.perf_counter() - t0
             best[mode] = min(best.get(mode, float("inf")), dt)
             texts[mode] = [r.text for r in res]
@@ -88,7 +99,8 @@ def main() -> None:
     same = texts["batched"] == texts["sequential"]
     ratio = best["sequential"] / best["batched"]
     line = (
-        f"| {args.model} | {args.n} | {args.max_tokens} | {best['batched']:.2f} "
+        f"| {args.model} | {'yes' if args.schema else 'no'} | {args.n} | {args.max_tokens} "
+        f"| {best['batched']:.2f} "
         f"({tokens['batched'] / best['batched']:.1f} tok/s) | {best['sequential']:.2f} "
         f"({tokens['sequential'] / best['sequential']:.1f} tok/s) | {ratio:.2f}x | {same} |"
     )

@@ -23,10 +23,10 @@ _STOP = frozenset("the and with for that this from are was were has have had his
                   "their they how what which who does did into than then findings point "
                   "option".split())
 ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
-# Tight bounds keep answers short: decoding dominates a CPU client's time (a default-run client
-# spent ~70 % of its generation on ~240 answer tokens per query with 4 claims x 2 evidence), and
-# three steps with one piece of evidence each still show the reasoning. minItems forces evidence
-# so the evidence anomaly has something to judge.
+# Tight bounds keep answers short: decoding dominates a CPU client's time (10 GSM8K answers of
+# Qwen2.5-0.5B on 1 thread: 81 s decoding vs 27 s prefill, ~155 answer tokens each), and three
+# steps with one piece of evidence each still show the reasoning. minItems forces evidence so
+# the evidence anomaly has something to judge.
 MAX_CLAIMS = 3
 MAX_EVIDENCE = 1
 MAX_EVIDENCE_CHARS = 120
