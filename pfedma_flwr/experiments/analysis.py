@@ -14,7 +14,8 @@ query id. Rates are fractions in ``[0, 1]``; NaN = not measurable in this run.
   ``ASR_raw`` counts every query of the run as attacked (``N_atk`` = all instances, since each
   has ``N_adv`` malicious clients); ``exposure`` is the share of queries that selected a
   malicious client at least once; ``det`` / ``fpr`` are the shares of malicious / benign
-  responses the anomaly filter removed. For ``unreliable`` attacks ASR needs the clean twin
+  responses the anomaly filter removed, among those it scored (an unparsable response never
+  reaches the filter, so it is neither a detection nor a false positive). For ``unreliable`` attacks ASR needs the clean twin
   run and is filled in by :func:`add_clean_twin_metrics`.
 """
 
@@ -168,6 +169,8 @@ def robustness(run: RunData) -> dict[str, float]:
         for q in rnd.get("queries", []):
             bad = _malicious_keys(run, str(q["query_id"]))
             for c, res in q.get("anomaly", {}).items():
+                if res.get("reason") == "unparsed":
+                    continue
                 tally = mal if c in bad else ben
                 tally[1] += 1
                 tally[0] += not bool(res.get("retained", True))

@@ -114,3 +114,25 @@ def test_only_selects_variants_by_axis_level_and_names_bad_input(tmp_path: Path)
     result = run_experiment("robustness", size="tiny", output_dir=tmp_path,
                             executor=fakegrid_executor, only={"rho": ["0.4"]})
     assert [r["variant"] for r in result["rows"]] == ["method=PFedMA_rho=0.4", "method=-all_rho=0.4"]
+
+
+def test_det_and_fpr_count_only_responses_the_filter_scored(tmp_path: Path):
+    from pfedma_flwr import adversary as adv
+    from pfedma_flwr.experiments.analysis import RunData, robustness
+
+    cfg = load_config({"config-name": "tiny", "overrides": "adversary.kind=unreliable "
+                       "adversary.ratio=0.4"})
+    bad = {f"partition-{i}" for i in adv.malicious_clients("q1", 5, 0.4, cfg.adversary.seed)}
+    good = sorted({f"partition-{i}" for i in range(5)} - bad)
+    m1, m2 = sorted(bad)
+    anomaly = {m1: {"retained": False, "reason": "above_tolerance"},   # detected
+               m2: {"retained": False, "reason": "unparsed"},          # never scored
+               good[0]: {"retained": False, "reason": "above_tolerance"},  # false positive
+               good[1]: {"retained": True, "reason": "retained"},
+               good[2]: {"retained": False, "reason": "unparsed"}}
+    run = RunData(out_dir=tmp_path, cfg=cfg, summary={"num_clients": 5},
+                  queries=[{"query_id": "q1", "selections": [[m1, good[0]]]}],
+                  rounds=[{"queries": [{"query_id": "q1", "anomaly": anomaly}]}])
+    out = robustness(run)
+    # det = 1 of the 1 scored malicious response; fpr = 1 of the 2 scored benign ones
+    assert (out["det"], out["fpr"], out["exposure"]) == (1.0, 0.5, 1.0)
