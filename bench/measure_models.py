@@ -112,8 +112,8 @@ def write_table(recs: list[dict], skipped: dict[str, str], args, path: Path) -> 
         f"`pfedma_flwr/agents/prompting.py` with {len(args.shot_idx)} few-shot examples (last "
         f"items of the file), greedy, max_tokens={args.max_tokens}, llama.cpp batched mode "
         f"(batch {args.batch}), n_threads={args.threads}, {platform.processor() or 'cpu'}; "
-        f"{os.cpu_count()} cores, shared with other jobs while measured "
-        "(throughput is a lower bound).",
+        f"{os.cpu_count()} cores, load average {args.load_before:.1f} before and "
+        f"{os.getloadavg()[0]:.1f} after the measurements ({time.strftime('%Y-%m-%d')}).",
         "`free` = no constraint; `schema` = RESPONSE_JSON_SCHEMA as a llama.cpp grammar. "
         "valid = parsed by `parse_structured_response`; "
         "correct = final_answer equals the gold number; "
@@ -151,6 +151,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "models.md")
     ap.add_argument("--show", action="store_true")
     args = ap.parse_args()
+    args.load_before = os.getloadavg()[0]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     data = load_gsm8k(args.data)
     rows = data[: args.n]
