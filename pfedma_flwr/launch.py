@@ -132,7 +132,13 @@ def run(
     ``cpus_per_client=None`` derives it from the configuration (:func:`cpus_per_client_for`).
     """
     if cpus_per_client is None:
-        cpus_per_client = cpus_per_client_for(config, overrides)
+        from pfedma_flwr.config import ConfigError
+
+        try:
+            cpus_per_client = cpus_per_client_for(config, overrides)
+        except ConfigError as e:  # fail before any SuperLink starts
+            sys.stderr.write(f"[pfedma] {e}\n")
+            return 1
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     # The app bundle carries no data files: point the run at the repository's data/ by default.

@@ -15,8 +15,8 @@ query id. Rates are fractions in ``[0, 1]``; NaN = not measurable in this run.
   has ``N_adv`` malicious clients); ``exposure`` is the share of queries that selected a
   malicious client at least once; ``det`` / ``fpr`` are the shares of malicious / benign
   responses the anomaly filter removed, among those it scored (an unparsable response never
-  reaches the filter, so it is neither a detection nor a false positive). For ``unreliable`` attacks ASR needs the clean twin
-  run and is filled in by :func:`add_clean_twin_metrics`.
+  reaches the filter, so it is neither a detection nor a false positive). For ``unreliable``
+  attacks ASR needs the clean twin run and is filled in by :func:`add_clean_twin_metrics`.
 """
 
 from __future__ import annotations

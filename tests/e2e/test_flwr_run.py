@@ -35,10 +35,22 @@ def test_flwr_run_completes_and_writes_results(tmp_path: Path):
 
 
 def test_failed_server_app_makes_the_launcher_fail(tmp_path: Path):
-    # A typo in a config key fails inside the ServerApp; `flwr run --stream` alone would exit 0.
+    # A missing data directory fails inside the ServerApp; `flwr run --stream` alone would
+    # exit 0.
     out = tmp_path / "bad"
-    rc = run(config="tiny", num_clients=2, output_dir=out, overrides="strategy.tmax=3",
-             port=39421, timeout=600)
+    missing = tmp_path / "no-such-data"
+    rc = run(config="tiny", num_clients=2, output_dir=out, overrides="output.progress=false",
+             data_dir=str(missing), port=39421, timeout=600)
     assert rc == 1
-    assert "tmax" in (out / "run.log").read_text()
+    assert str(missing) in (out / "run.log").read_text()
     assert not (out / "summary.json").exists()
+    assert _superlinks(39421) == 0
+
+
+def test_config_typo_fails_before_anything_starts(tmp_path: Path, capsys):
+    out = tmp_path / "typo"
+    rc = run(config="tiny", num_clients=2, output_dir=out, overrides="strategy.tmax=3",
+             port=39431, timeout=600)
+    assert rc == 1
+    assert "tmax" in capsys.readouterr().err
+    assert not (out / "superlink").exists() and _superlinks(39431) == 0
