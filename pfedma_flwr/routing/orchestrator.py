@@ -111,7 +111,7 @@ MIN_AGREEING = 2  # the stopping rule's "at least 2 agreeing retained responses"
 
 def should_stop(z: CollabState | None, round: int, stop_support: float) -> bool:
     """§3.12 stopping rule: after round 1, ``z.support ≥ stop_support`` with ≥ 2 agreeing."""
-    return (round > 1 and z is not None and z.n_agreeing >= 2
+    return (round > 1 and z is not None and z.n_agreeing >= MIN_AGREEING
             and z.support >= stop_support)
 
 
@@ -134,7 +134,7 @@ class HeuristicOrchestrator:
     stop_support`` with at least 2 agreeing retained responses, else take the top K_max among
     clients not yet asked for this query, filling up with asked ones. Ties go to the smaller
     client id. With ``adaptive_k`` later rounds ask only :func:`votes_needed` clients (at
-    most K_max), which saves answers without changing when a query can stop.
+    most K_max), which saves answers; the stopping rule itself is unchanged.
 
     Parameters
     ----------
