@@ -4,8 +4,8 @@
 
 The real ServerApp (``run_server``: strategy, engine, anomaly judge, rule promotion, results
 files) runs over an in-process :class:`~pfedma_flwr.testing.FakeGrid` whose clients are the real
-ClientApp with the scripted mock backend, so "client time" is the ClientApp's own work (rule
-enforcement, PII detection, feedback) with zero LLM time. Each Flower round is split at the grid
+ClientApp with scripted instant agents (``--agents``), so "client time" is the ClientApp's own
+work (rule enforcement, PII detection, feedback) with zero LLM time. Each Flower round is split at the grid
 call into:
 
 - **clients**: inside ``send_and_receive`` (every selected ClientApp, one after another);
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--t-max", type=int, default=3)
     ap.add_argument("--k-max", type=int, default=5)
     ap.add_argument("--agents", choices=["simulated", "mock"], default="simulated",
-                    help="simulated: scripted experts with profile-dependent skill (they "
-                         "disagree, so queries run several rounds); mock: all answer alike")
+                    help="simulated: scripted experts with profile-dependent skill (an answer "
+                         "mix like the experiments' tiny size); mock: all answer alike")
     ap.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm",
                     help="embedding model of server and clients (minilm = the default config's)")
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "overhead.md",
