@@ -5,8 +5,8 @@
 The real ServerApp (``run_server``: strategy, engine, anomaly judge, rule promotion, results
 files) runs over an in-process :class:`~pfedma_flwr.testing.FakeGrid` whose clients are the real
 ClientApp with scripted instant agents (``--agents``), so "client time" is the ClientApp's own
-work (rule enforcement, PII detection, feedback) with zero LLM time. Each Flower round is split at the grid
-call into:
+work (rule enforcement, PII detection, feedback) with zero LLM time. Each Flower round is split
+at the grid call into:
 
 - **clients**: inside ``send_and_receive`` (every selected ClientApp, one after another);
 - **strategy**: the rest of the round, i.e. from the end of the previous round's replies to the
