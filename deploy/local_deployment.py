@@ -25,14 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pfedma_flwr.launch import run_config_text, toml_str
+
 APP_DIR = Path(__file__).resolve().parent.parent
 DEPLOY_DIR = APP_DIR / "deploy"
 CONNECTION = "pfedma-local"
 logger = logging.getLogger("pfedma.deploy")
-
-
-def _toml_str(s: str) -> str:
-    return json.dumps(s)  # a JSON string literal is a valid TOML basic string
 
 
 @dataclass
@@ -140,7 +138,7 @@ class LocalDeployment:
         """``$FLWR_HOME/config.toml`` for the ``flwr`` CLI with the ``pfedma-local`` connection."""
         self.cli_home.mkdir(parents=True, exist_ok=True)
         tls = "insecure = true" if self.insecure else \
-            f"root-certificates = {_toml_str(str(self.certs / 'ca.crt'))}"
+            f"root-certificates = {toml_str(str(self.certs / 'ca.crt'))}"
         path = self.cli_home / "config.toml"
         path.write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
@@ -204,10 +202,10 @@ class LocalDeployment:
     def node_config(self, i: int) -> str:
         """The ``--node-config`` of SuperNode ``i`` (TOML-typed values)."""
         parts = [f"partition-id={i}", f"num-partitions={self.num_nodes}",
-                 f"state-dir={_toml_str(str(self.workdir / f'node{i}' / 'state'))}",
-                 f"data-dir={_toml_str(self.data_dir)}"]
+                 f"state-dir={toml_str(str(self.workdir / f'node{i}' / 'state'))}",
+                 f"data-dir={toml_str(self.data_dir)}"]
         if i < len(self.profiles) and self.profiles[i]:
-            parts.append(f"profile={_toml_str(self.profiles[i])}")
+            parts.append(f"profile={toml_str(self.profiles[i])}")
         return " ".join(parts)
 
     def start_supernode(self, i: int) -> Proc:
@@ -347,11 +345,8 @@ class LocalDeployment:
         ``resume`` continues from ``output_dir/checkpoint.json`` (the last completed round of an
         earlier run that crashed or was stopped) instead of starting over.
         """
-        run_cfg = " ".join([f"config-name={_toml_str(config)}",
-                            f"output-dir={_toml_str(str(Path(output_dir).resolve()))}",
-                            f"data-dir={_toml_str(self.data_dir)}",
-                            f"overrides={_toml_str(overrides)}",
-                            f"resume={'true' if resume else 'false'}"])
+        run_cfg = run_config_text(config=config, output_dir=Path(output_dir).resolve(),
+                                  data_dir=self.data_dir, overrides=overrides, resume=resume)
         res = self.flwr("run", ".", CONNECTION, "--format", "json", "--run-config", run_cfg,
                         timeout=180)
         try:

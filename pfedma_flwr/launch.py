@@ -100,8 +100,21 @@ def _flwr(args: list[str], env: dict[str, str], **kw: Any) -> subprocess.Complet
                           **kw)
 
 
-def _toml_str(s: str) -> str:
-    return json.dumps(s)  # a JSON string literal is a valid TOML basic string
+def toml_str(s: str) -> str:
+    """``s`` as a TOML basic string (a JSON string literal is one)."""
+    return json.dumps(s)
+
+
+def run_config_text(*, config: str, output_dir: Path, data_dir: str, overrides: str,
+                    resume: bool) -> str:
+    """The app's ``--run-config`` value (keys of ``[tool.flwr.app.config]``)."""
+    return " ".join([
+        f"config-name={toml_str(config)}",
+        f"output-dir={toml_str(str(output_dir))}",
+        f"data-dir={toml_str(data_dir)}",
+        f"overrides={toml_str(overrides)}",
+        f"resume={'true' if resume else 'false'}",
+    ])
 
 
 def cpus_per_client_for(config: str, overrides: str = "", cpu_count: int | None = None) -> float:
@@ -147,13 +160,8 @@ def run(
     env = _env(flwr_home, port)
     link = start_superlink(flwr_home, port, output_dir / "superlink")
     try:
-        run_cfg = " ".join([
-            f"config-name={_toml_str(config)}",
-            f"output-dir={_toml_str(str(output_dir))}",
-            f"data-dir={_toml_str(data_dir)}",
-            f"overrides={_toml_str(overrides)}",
-            f"resume={'true' if resume else 'false'}",
-        ])
+        run_cfg = run_config_text(config=config, output_dir=output_dir, data_dir=data_dir,
+                                  overrides=overrides, resume=resume)
         # Flower wants an integer CPU count when the value is integral ("1", not "1.0").
         cpus = int(cpus_per_client) if float(cpus_per_client).is_integer() else cpus_per_client
         fed_cfg = f"num-supernodes={num_clients} client-resources-num-cpus={cpus}"
