@@ -25,6 +25,11 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def _json_line(rec: Any) -> str:
+    """One ``.jsonl`` line (sorted keys, non-finite floats as null)."""
+    return json.dumps(_jsonable(rec), sort_keys=True) + "\n"
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write text via a temp file + rename so readers never see a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -80,8 +85,7 @@ class ResultsWriter:
         self = cls(out_dir, truncate=False)
         # Replace, never truncate-then-append: a crash here must not lose the kept lines.
         write_text_atomic(self._rounds, "".join(ln + "\n" for ln in kept))
-        write_text_atomic(self._queries, "".join(
-            json.dumps(_jsonable(rec), sort_keys=True) + "\n" for rec in finished))
+        write_text_atomic(self._queries, "".join(_json_line(rec) for rec in finished))
         return self
 
     @staticmethod
@@ -104,7 +108,7 @@ class ResultsWriter:
 
     def _append(self, path: Path, rec: dict[str, Any]) -> None:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(rec), sort_keys=True) + "\n")
+            f.write(_json_line(rec))
             f.flush()
 
     def round(self, rec: dict[str, Any]) -> None:
