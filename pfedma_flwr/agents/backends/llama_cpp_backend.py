@@ -1,13 +1,13 @@
 """Embedded llama.cpp backend with real batched decoding over several sequences of one context.
 
 llama-cpp-python's high-level API generates for one prompt at a time. ``mode="batched"`` drives
-the low-level API instead: one ``llama_context`` with ``n_seq_max`` = batch size and a unified KV
-cache; all prompts are prefilled in shared ``llama_batch``es (one ``seq_id`` per prompt), then
-every step decodes one token of each still-active sequence in a single ``llama_decode`` and
-samples each sequence from its own logits row with its own sampler (greedy under a JSON-schema
-grammar checks the plain argmax first, see ``llama_sampling``; otherwise a chain of grammar, then
-greedy or temperature + seeded dist). ``mode="sequential"`` is the high-level
-``create_chat_completion`` per prompt, kept as a reference and fallback.
+the low-level API instead: one ``llama_context`` with ``n_seq_max`` = batch size and one KV
+stream per sequence; all prompts are prefilled in shared ``llama_batch``es (one ``seq_id`` per
+prompt), then every step decodes one token of each still-active sequence in a single
+``llama_decode`` and samples each sequence from its own logits row with its own sampler (greedy
+under a JSON-schema grammar checks the plain argmax first, see ``llama_sampling``; otherwise a
+chain of grammar, then greedy or temperature + seeded dist). ``mode="sequential"`` is the
+high-level ``create_chat_completion`` per prompt, kept as a reference and fallback.
 
 Prompts use the chat template stored in the GGUF metadata, formatted exactly as
 ``Llama.create_chat_completion`` does, so both modes see identical token sequences.
@@ -311,7 +311,7 @@ class LlamaCppBackend(Backend):
                 self._ctx = None
                 return [r if r is not None else GenerationResult.failure("lost") for r in results]
         for s in seqs:
-            self.grammar_fallbacks += getattr(s.sampler, "fallbacks", 0)
+            self.grammar_fallbacks += s.sampler.fallbacks
             s.sampler.close()
             results[s.index] = GenerationResult(
                 text=self.llm.detokenize(s.out).decode("utf-8", errors="replace")

@@ -20,6 +20,8 @@ import numpy as np
 class ChainSampler:
     """A llama.cpp sampler chain: optional grammar, then greedy or temperature + seeded dist."""
 
+    fallbacks = 0  # same interface as GrammarGreedySampler (never falls back)
+
     def __init__(self, ll: Any, model: Any, temperature: float, grammar: Any, seed: int) -> None:
         self._ll = ll
         self._chain = ll._internals.LlamaSampler()
