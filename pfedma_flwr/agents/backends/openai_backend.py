@@ -24,7 +24,7 @@ def response_format(mode: str, schema: dict[str, Any] | None) -> dict[str, Any] 
     """The ``response_format`` request field for a JSON mode, or ``None``.
 
     ``json_schema``: OpenAI/vLLM/SGLang style. ``json_object_schema``: llama.cpp server style
-    (it rejects ``json_schema`` with HTTP 500; ``/work/shared/notes/models.md`` §4a).
+    (it rejects ``json_schema`` with HTTP 500; ``docs/models.md`` §4a).
     """
     if schema is None or mode == "none":
         return None

@@ -3,7 +3,7 @@
 Loads any local HF model directory, or a ``.gguf`` file. A GGUF is dequantised by transformers
 (slow: 15-45 s), so it is converted once into a safetensors cache dir and reloaded from there
 (0.3-0.9 s) using the ``hf_quantizer = None`` workaround measured in
-``/work/shared/notes/models.md`` §3. Never touches the hub (``HF_HUB_OFFLINE=1``).
+``docs/models.md`` §3. Never touches the hub (``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
