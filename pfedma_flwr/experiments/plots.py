@@ -69,6 +69,14 @@ def _heat(fig: Any, ax: Any, matrix: Sequence[Sequence[float]], rows: Sequence[s
     ax.set_yticks(range(len(rows)), rows)
     ax.set_title(title)
     fig.colorbar(im, ax=ax)
+    # colour alone cannot be read back; the paper's heatmaps print each cell's value too
+    if len(rows) * len(cols) <= 400:
+        for i, line in enumerate(matrix):
+            for j, v in enumerate(line):
+                if not math.isnan(v):
+                    # dark text on viridis' bright end, white on its dark end
+                    shade = "k" if im.norm(v) > 0.6 else "w"
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color=shade)
 
 
 def _grid(fig: Any, ax: Any, rows: Sequence[Mapping[str, Any]], spec: Mapping[str, Any]) -> None:
