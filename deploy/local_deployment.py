@@ -27,30 +27,14 @@ from typing import Any
 
 from pfedma_flwr.launch import run_config_text, toml_str
 
+# deploy/ is a script folder, not a package: make its sibling importable however we are loaded
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from processes import Proc, serverapp_pids, signal_and_wait, superexec_pids  # noqa: E402
+
 APP_DIR = Path(__file__).resolve().parent.parent
 DEPLOY_DIR = APP_DIR / "deploy"
 CONNECTION = "pfedma-local"
 logger = logging.getLogger("pfedma.deploy")
-
-
-@dataclass
-class Proc:
-    """A started component: its process (own session, so its children die with it) and log."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def alive(self) -> bool:
-        """True while the process runs."""
-        return self.popen.poll() is None
-
-    def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the process group (SuperExec and app processes included)."""
-        try:
-            os.killpg(self.popen.pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 @dataclass
@@ -248,57 +232,19 @@ class LocalDeployment:
         proc.popen.wait(timeout=30)
 
     def superexec_pids(self) -> list[int]:
-        """PIDs of the SuperExec the SuperLink auto-launched (its own session, not our group).
-
-        Flower 1.42 detaches SuperExec (``start_new_session``) with ``--parent-pid <superlink>``;
-        SuperExec then starts each run's ``flwr-serverapp`` as its child.
-        """
-        import psutil
-
-        if self.link is None:
-            return []
-        pids = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            cmd = p.info["cmdline"] or []
-            if (any("flower-superexec" in c for c in cmd) and "--parent-pid" in cmd
-                    and cmd[cmd.index("--parent-pid") + 1:][:1] == [str(self.link.popen.pid)]):
-                pids.append(int(p.info["pid"]))
-        return pids
+        """PIDs of the SuperExec the SuperLink auto-launched (outside our process groups)."""
+        return [] if self.link is None else superexec_pids(self.link.popen.pid)
 
     def serverapp_pids(self) -> list[int]:
         """PIDs of the running ``flwr-serverapp`` processes of this deployment."""
-        import psutil
-
-        pids = []
-        for sx in self.superexec_pids():
-            try:
-                children = psutil.Process(sx).children(recursive=True)
-            except psutil.NoSuchProcess:
-                continue
-            for c in children:
-                try:
-                    if any("flwr-serverapp" in part for part in c.cmdline()):
-                        pids.append(c.pid)
-                except psutil.NoSuchProcess:
-                    pass
-        return pids
+        return serverapp_pids(self.superexec_pids())
 
     def kill_serverapp(self, sig: int = signal.SIGKILL, timeout: float = 30) -> list[int]:
         """Kill the running ServerApp process(es) (a server crash); return the killed PIDs."""
-        import psutil
-
         pids = self.serverapp_pids()
         if not pids:
             raise RuntimeError("no flwr-serverapp process found under this SuperLink's SuperExec")
-        procs = []
-        for pid in pids:
-            try:
-                proc = psutil.Process(pid)
-                proc.send_signal(sig)
-                procs.append(proc)
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(procs, timeout=timeout)
+        signal_and_wait(pids, sig, timeout)
         return pids
 
     def stop(self) -> None:
