@@ -69,7 +69,7 @@ def _heat(fig: Any, ax: Any, matrix: Sequence[Sequence[float]], rows: Sequence[s
     ax.set_yticks(range(len(rows)), rows)
     ax.set_title(title)
     fig.colorbar(im, ax=ax)
-    # colour alone cannot be read back; the paper's heatmaps print each cell's value too
+    # a colour cannot be read back as a number; small grids print each cell's value
     if len(rows) * len(cols) <= 400:
         for i, line in enumerate(matrix):
             for j, v in enumerate(line):
