@@ -6,7 +6,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 PY=${PYTHON:-python3}
 # torch first: an unpinned torch would pull a multi-GB CUDA build.
 $PY -m pip install -q "torch==2.13.0"
-$PY -m pip install -q -e ".[dev]"
+$PY -m pip install -q -e ".[dev,transformers]"
 # llama.cpp bindings for the embedded model: PyPI has only an sdist for Linux; a portable build
 # (no -march=native, no llava) takes ~4-5 min once, then pip's wheel cache makes it instant.
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \

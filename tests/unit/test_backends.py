@@ -364,3 +364,17 @@ def test_transformers_gguf_convert_and_batch(tmp_path, monkeypatch):
     res = be.generate(PROMPTS, max_tokens=8)
     assert len(res) == 3 and all(r.ok and 0 < r.completion_tokens <= 8 for r in res)
     assert list((tmp_path / "hf").iterdir())[0].joinpath("config.json").is_file()
+
+
+def test_transformers_gguf_without_accelerate_says_what_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    from pfedma_flwr.agents.backends import transformers_backend as tb
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "accelerate" else real(name, *a))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(ImportError, match=r"m\.gguf.*accelerate.*pfedma-flwr\[transformers\]"):
+        tb.convert_gguf(gguf)

@@ -9,6 +9,7 @@ Loads any local HF model directory, or a ``.gguf`` file. A GGUF is dequantised b
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -30,6 +31,13 @@ def _converted_dir(gguf: Path) -> Path:
 
 def convert_gguf(gguf: Path) -> Path:
     """Dequantise ``gguf`` once into a safetensors dir (atomic rename) and return the dir."""
+    missing = [m for m in ("accelerate", "gguf") if importlib.util.find_spec(m) is None]
+    if missing:
+        # transformers' GGUF loader imports them deep inside from_pretrained; fail early and say so
+        raise ImportError(
+            f"loading {gguf.name} through transformers needs {' and '.join(missing)}: "
+            "pip install 'pfedma-flwr[transformers]' (or use the llama_cpp backend for GGUF files)"
+        )
     target = _converted_dir(gguf)
     if (target / "config.json").is_file():
         return target
