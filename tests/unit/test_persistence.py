@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from pfedma_flwr.persistence import (
     STATE_FORMAT,
     StateCorruptError,
     StateStore,
+    append_line,
+    read_jsonl_lines,
     validate_key,
 )
 
@@ -50,34 +53,111 @@ def test_overwrite_keeps_only_latest(tmp_path: Path):
     ('{"format": "other", "version": 1, "payload": {}}', "not a 'pfedma-client-state'"),
     ('{"format": "pfedma-client-state", "version": 2, "payload": {}}', "unsupported version 2"),
     ('{"format": "pfedma-client-state", "payload": {}}', "unsupported version None"),
+    ('{"format": "pfedma-client-state", "version": true, "payload": {}}', "version True"),
     ('{"format": "pfedma-client-state", "version": 1, "payload": [1]}', "payload is not"),
     ("[]", "not a 'pfedma-client-state'"),
     ("", "invalid JSON"),  # a truncated (empty) file
 ])
-def test_corrupt_or_wrong_version_is_moved_aside_with_clear_error(tmp_path: Path, content,
-                                                                   reason):
+def test_corrupt_or_wrong_version_is_moved_aside_and_loads_fresh(tmp_path: Path, content,
+                                                                 reason, caplog):
     st = StateStore(tmp_path)
     path = st.path("agent-p0")
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(StateCorruptError) as ei:
-        st.load("agent-p0")
-    err = ei.value
-    assert reason in err.reason
-    assert err.path == path and str(path) in str(err) and str(err.backup) in str(err)
+    assert st.load("agent-p0") is None  # a fresh state, not an error on every later message
     assert not path.exists()
-    assert err.backup.read_text(encoding="utf-8") == content  # nothing lost
-    assert err.backup.name.startswith("agent-p0.json.corrupt-")
-    assert st.load("agent-p0") is None  # the next load starts fresh
+    [(orig, backup)] = st.quarantined
+    assert orig == path and backup.name.startswith("agent-p0.json.corrupt-")
+    assert backup.read_text(encoding="utf-8") == content  # nothing lost
+    [rec] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert reason in rec.getMessage() and str(backup) in rec.getMessage()
+    assert st.load("agent-p0") is None and len(st.quarantined) == 1  # stays fresh
+
+
+def _envelope(payload_text: str) -> bytes:
+    return ('{"format": "pfedma-client-state", "version": 1, "saved_at": 1.0, "payload": '
+            + payload_text + "}").encode("utf-8")
+
+
+@pytest.mark.parametrize("raw, reason", [
+    # invalid UTF-8 inside a string (a torn multi-byte write, a bit flip)
+    (_envelope('{"experience": ["ok"]}').replace(b"ok", b"o\xff\xfek"), "invalid UTF-8"),
+    # 5,000 digits: json.loads itself raises ValueError (int-str limit) without the hook
+    (_envelope('{"rounds": ' + "9" * 5000 + "}"), "integer out of range (5000 digits"),
+    # 400 digits parse as an int but overflow float() wherever the code converts it
+    (_envelope('{"rounds": ' + "9" * 400 + "}"), "integer out of range (400 digits"),
+    # one past uint64 (20 digits, same length as the largest allowed)
+    (_envelope('{"rounds": 18446744073709551616}'), "integer out of range (20 digits"),
+    (_envelope('{"rounds": -18446744073709551616}'), "integer out of range (20 digits"),
+    (_envelope('{"h": 1e999}'), "number out of range: 1e999"),
+    (_envelope('{"h": NaN}'), "NaN is not a JSON number"),
+    (_envelope('{"h": -Infinity}'), "-Infinity is not a JSON number"),
+    # a lone surrogate parses, but the next save could not encode it
+    (_envelope('{"experience": ["\\ud800"]}'), "lone surrogate"),
+    (_envelope("[" * 100_000 + "]" * 100_000), "invalid JSON"),  # RecursionError
+])
+def test_every_undecodable_form_is_quarantined(tmp_path: Path, raw: bytes, reason: str,
+                                               caplog):
+    st = StateStore(tmp_path)
+    path = st.path("agent-p0")
+    path.write_bytes(raw)
+    assert st.load("agent-p0") is None
+    [(_, backup)] = st.quarantined
+    assert backup.read_bytes() == raw and not path.exists()
+    assert reason in caplog.text
+    # the client goes on: the next save and load work on the same key
+    st.save("agent-p0", {"rounds": 1})
+    assert st.load("agent-p0") == {"rounds": 1}
+
+
+def test_largest_allowed_integers_load(tmp_path: Path):
+    # the bounds are exclusive at 2**64: uint64 node ids still load
+    st = StateStore(tmp_path)
+    st.path("k").write_bytes(_envelope('{"a": 18446744073709551615, "b": -18446744073709551615}'))
+    assert st.load("k") == {"a": 2**64 - 1, "b": -(2**64 - 1)}
+    assert st.quarantined == []
+
+
+class _Typed:
+    """A caller's reader that checks types the way AgentState.from_dict does (or fails)."""
+
+    @staticmethod
+    def decode(d: dict) -> tuple[int, list[str]]:
+        rounds = d["rounds"]                       # KeyError when missing
+        exp = [x.strip() for x in d["experience"]]  # AttributeError/TypeError on wrong types
+        if rounds < 0:                              # TypeError for a string
+            raise ValueError("rounds must be >= 0")
+        return rounds, exp
+
+
+@pytest.mark.parametrize("payload, exc", [
+    ('{"experience": []}', "KeyError"),
+    ('{"rounds": "3", "experience": []}', "TypeError"),
+    ('{"rounds": 1, "experience": [1, 2]}', "AttributeError"),
+    ('{"rounds": 1, "experience": 5}', "TypeError"),
+    ('{"rounds": -1, "experience": []}', "ValueError: rounds must be >= 0"),
+])
+def test_load_as_quarantines_whatever_the_typed_reader_raises(tmp_path: Path, payload, exc,
+                                                              caplog):
+    st = StateStore(tmp_path)
+    st.path("k").write_bytes(_envelope(payload))
+    assert st.load_as("k", _Typed.decode) is None
+    assert len(st.quarantined) == 1 and not st.path("k").exists()
+    assert f"payload rejected by _Typed.decode: {exc}" in caplog.text
+
+
+def test_load_as_returns_the_decoded_value(tmp_path: Path):
+    st = StateStore(tmp_path)
+    st.save("k", {"rounds": 2, "experience": [" a "]})
+    assert st.load_as("k", _Typed.decode) == (2, ["a"])
+    assert st.load_as("missing", _Typed.decode) is None and st.quarantined == []
 
 
 def test_two_corruptions_in_the_same_second_keep_both_backups(tmp_path: Path):
     st = StateStore(tmp_path)
-    backups = []
     for text in ("bad1", "bad2"):
         st.path("k").write_text(text)
-        with pytest.raises(StateCorruptError) as ei:
-            st.load("k")
-        backups.append(ei.value.backup)
+        assert st.load("k") is None
+    backups = [b for _, b in st.quarantined]
     assert backups[0] != backups[1]
     assert {b.read_text() for b in backups} == {"bad1", "bad2"}
 
@@ -144,10 +224,9 @@ def test_concurrent_writers_never_produce_a_torn_file(tmp_path: Path):
 
     def reader() -> None:
         for _ in range(60):
-            try:
-                got = st.load("shared")
-            except StateCorruptError as e:  # a torn read would land here
-                errors.append(e)
+            got = st.load("shared")
+            if st.quarantined:  # a torn read would have moved the file aside
+                errors.append(RuntimeError(f"torn read: {st.quarantined}"))
                 return
             assert got is None or got["blob"] == big
 
@@ -167,3 +246,80 @@ def test_concurrent_writers_never_produce_a_torn_file(tmp_path: Path):
 def test_state_dir_must_not_be_empty():
     with pytest.raises(ValueError, match="non-empty"):
         StateStore("  ")
+
+
+# ----------------------------------------------------------------------------- permissions
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+def test_state_dir_0700_and_files_0600_even_when_created_open(tmp_path: Path):
+    d = tmp_path / "state"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)  # as a deployment script may leave it (umask 022)
+    st = StateStore(d)
+    path = st.save("agent-p0", {"rounds": 1})
+    assert _mode(d) == 0o700 and _mode(path) == 0o600
+    path.write_text("bad")
+    st.load("agent-p0")
+    [(_, backup)] = st.quarantined
+    assert _mode(backup) == 0o600  # a write_text'd file keeps its mode: still owner-only
+    st.save("agent-p0", {"rounds": 2})
+    assert _mode(st.path("agent-p0")) == 0o600
+
+
+def test_new_state_dir_is_0700(tmp_path: Path):
+    st = StateStore(tmp_path / "a" / "b")
+    st.save("k", {})
+    assert _mode(tmp_path / "a" / "b") == 0o700
+
+
+# ----------------------------------------------------------------------------- JSONL files
+
+
+def test_append_line_creates_0600_and_tightens_an_old_0644_file(tmp_path: Path):
+    p = tmp_path / "log.jsonl"
+    append_line(p, '{"a": 1}')
+    assert _mode(p) == 0o600 and p.read_text() == '{"a": 1}\n'
+    old = tmp_path / "old.jsonl"
+    old.write_text('{"a": 1}\n')
+    os.chmod(old, 0o644)
+    append_line(old, '{"a": 2}\n')  # a trailing newline is not doubled
+    assert _mode(old) == 0o600 and old.read_text() == '{"a": 1}\n{"a": 2}\n'
+
+
+def test_append_after_a_torn_tail_cuts_the_fragment_off(tmp_path: Path, caplog):
+    p = tmp_path / "log.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a": 2, "b": "\xc3')  # crash inside a 2-byte character
+    append_line(p, '{"a": 3}')
+    assert p.read_bytes() == b'{"a": 1}\n{"a": 3}\n'
+    assert "dropped a torn last line (16 bytes)" in caplog.text
+    q = tmp_path / "only.jsonl"
+    q.write_bytes(b'{"torn')  # no complete line at all
+    append_line(q, '{"a": 1}')
+    assert q.read_text() == '{"a": 1}\n'
+
+
+def test_append_finds_the_last_newline_beyond_one_chunk(tmp_path: Path):
+    p = tmp_path / "big.jsonl"
+    p.write_bytes(b'{"a": 1}\n' + b"x" * 200_000)  # the fragment spans several 64 kB reads
+    append_line(p, '{"a": 2}')
+    assert p.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+
+
+def test_read_jsonl_lines_drops_only_a_torn_last_line(tmp_path: Path, caplog):
+    p = tmp_path / "r.jsonl"
+    assert read_jsonl_lines(p) == []  # missing file: nothing
+    p.write_bytes(b'{"round": 1}\n\n{"round": 2}\n{"round": 3, "q')
+    assert [rec for _, rec in read_jsonl_lines(p)] == [{"round": 1}, {"round": 2}]
+    assert "dropped a torn last line 4" in caplog.text
+    p.write_bytes(b'{"round": 1}\n{"round": 2, "x": "\xe2\x82')  # torn inside UTF-8
+    assert [rec for _, rec in read_jsonl_lines(p)] == [{"round": 1}]
+    p.write_bytes(b'{"round": 1}\ngarbage\n{"round": 3}\n')
+    with pytest.raises(ValueError, match=r"r.jsonl: line 2 is not valid JSON"):
+        read_jsonl_lines(p)
+    p.write_bytes(b'{"round": 1}\n\xff\xfe\n{"round": 3}\n')  # bad bytes mid-file
+    with pytest.raises(ValueError, match="line 2"):
+        read_jsonl_lines(p)
