@@ -212,3 +212,52 @@ def build_agent_messages(
         {"role": "user", "content": user_prompt(query_text=query_text, refinement=refinement)}
     )
     return msgs
+
+
+# --------------------------------------------------------------------------- reasoning format
+
+
+def reasoning_demo(task_question: str, rationale: str, gold: str, answer_kind: str) -> str:
+    """A demonstration's worked reasoning, ending the way the agent must end its own."""
+    steps = [ln.strip() for ln in _CALC.sub("", rationale).splitlines() if ln.strip()]
+    final = gold.strip().replace(",", "") if answer_kind == "number" else gold.strip()
+    return "\n".join([*steps, f"The answer is {final}."])
+
+
+def build_reasoning_messages(
+    *,
+    profile_prompt: str,
+    query_text: str,
+    refinement: str = "",
+    answer_kind: str = "number",
+    few_shot: Sequence[tuple[str, str]] = (),
+    lessons: Sequence[str] = (),
+) -> list[dict[str, str]]:
+    """Chat messages for a free-text chain-of-thought answer (``agent.response_format: reasoning``).
+
+    The system message holds the profile, the reasoning instruction of the answer kind
+    (:func:`pfedma_flwr.agents.reasoning.reasoning_instruction`) and the agent's retrieved
+    lessons ``X_i``; ``few_shot`` are ``(question, worked reasoning)`` pairs from ``D_i``
+    rendered as prior turns. The structured response is derived from the reply afterwards.
+    """
+    from pfedma_flwr.agents.reasoning import reasoning_instruction
+
+    if not query_text.strip():
+        raise ValueError("query_text must not be empty")
+    parts = [profile_prompt.strip() or "You are a careful expert assistant.",
+             reasoning_instruction(answer_kind)]
+    snippets = [s.strip() for s in lessons if s.strip()]
+    if snippets:
+        parts.append("Lessons from your earlier work:\n" + "\n".join(f"- {s}" for s in snippets))
+    msgs = [{"role": "system", "content": "\n\n".join(parts)}]
+    for question, answer in few_shot:
+        msgs.append({"role": "user", "content": question.strip()})
+        msgs.append({"role": "assistant", "content": answer.strip()})
+    msgs.append(
+        {"role": "user", "content": user_prompt(query_text=query_text, refinement=refinement)}
+    )
+    return msgs
+
+
+REPAIR_PROMPT = ("Your reasoning stopped before stating the final answer. Give only the final "
+                 "answer now, as one line 'The answer is ...'.")
