@@ -20,7 +20,15 @@ def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def refinement_text(z: CollabState | None, *, max_chars: int = DEFAULT_MAX_CHARS) -> str:
+REFINE_STYLES = ("independent", "verify")
+_INDEPENDENT_ASK = ("These answers are not confirmed and may all be wrong. Do not build on them: "
+                    "solve the task again from scratch, step by step, checking each step "
+                    "against the task itself, and state your own final answer.")
+
+
+def refinement_text(
+    z: CollabState | None, *, max_chars: int = DEFAULT_MAX_CHARS, style: str = "independent"
+) -> str:
     """The summary of ``z`` appended to the task (``""`` when ``z`` holds no answer).
 
     Parameters
@@ -29,12 +37,25 @@ def refinement_text(z: CollabState | None, *, max_chars: int = DEFAULT_MAX_CHARS
         Collaboration state after the last round.
     max_chars : int
         Hard cap on the summary length; lower-priority lines are dropped first.
+    style : {"independent", "verify"}
+        ``independent`` (default) lists the earlier answers only and asks for a fresh solution,
+        so a small model does not copy the candidate's reasoning (measured: with the candidate
+        and its claims shown, round-2 answers anchored on them); ``verify`` shows the candidate,
+        its claims and the disputed ones and asks to verify it (the seed's wording).
     """
     # 500 always fits the first line (answer clipped to 200) and the verification request.
     if max_chars < 500:
         raise ValueError(f"max_chars must be >= 500, got {max_chars}")
+    if style not in REFINE_STYLES:
+        raise ValueError(f"style must be one of {REFINE_STYLES}, got {style!r}")
     if z is None or z.empty or not z.answer.strip():
         return ""
+    if style == "independent":
+        given = [(z.answer, z.support), *z.dissent[:_ITEMS]]
+        listed = ", ".join(f"'{_clip(a, 60)}' ({w:.0%})" for a, w in given)
+        head = (f"Agents of an earlier round answered differently or without enough agreement; "
+                f"answers given: {listed}.")
+        return _clip(head, max_chars - len(_INDEPENDENT_ASK) - 1) + "\n" + _INDEPENDENT_ASK
     lines = [
         f"Previous collaboration round {z.round}: candidate answer {_clip(z.answer)!r} "
         f"(support {z.support:.0%}, {z.n_agreeing} of {z.n_retained} reliable responses agree).",
@@ -65,6 +86,7 @@ def refine_query(
     *,
     enabled: bool = True,
     max_chars: int = DEFAULT_MAX_CHARS,
+    style: str = "independent",
 ) -> str:
     """``q^{t+1}``: the task plus :func:`refinement_text` of ``z`` (DESIGN §3.10).
 
@@ -73,5 +95,5 @@ def refine_query(
     """
     if not enabled:
         return original_text
-    extra = refinement_text(z, max_chars=max_chars)
+    extra = refinement_text(z, max_chars=max_chars, style=style)
     return f"{original_text}\n\n{extra}" if extra else original_text

@@ -112,15 +112,20 @@ def evidence_anomaly(supports: Sequence[float]) -> float:
 def answer_similarity_matrix(
     answers: Sequence[str], kind: str, embedder: Embedder, *, options: Options = None
 ) -> np.ndarray:
-    """``sim(a_i, a_j)``: 1 for equal canonical answers, else embedding cosine clipped at 0.
+    """``sim(a_i, a_j)``: 1 for equal canonical answers; for free text, else embedding cosine.
 
-    Blank answers are equal to nothing and embed to the zero vector, so they have
-    similarity 0 to everyone, including other blank answers (and themselves).
+    Numbers, option letters and math expressions are compared by canonical equality only
+    (DESIGN §3.7 revision: MiniLM gave "C" vs "D" 0.65 and "12" vs "17" 0.74, so wrong
+    answers looked like agreement). Blank answers are equal to nothing: similarity 0 to
+    everyone, including other blank answers (and themselves).
     """
     n = len(answers)
     if n == 0:
         return np.zeros((0, 0), dtype=np.float32)
-    sim = np.clip(cosine_matrix(embedder.encode(list(answers))), 0.0, 1.0)
+    if kind == "text":
+        sim = np.clip(cosine_matrix(embedder.encode(list(answers))), 0.0, 1.0)
+    else:
+        sim = np.zeros((n, n), dtype=np.float32)
     for i in range(n):
         for j in range(i, n):
             if answers_equal(answers[i], answers[j], kind, options=options):
@@ -140,14 +145,22 @@ def similarity_to(
 
 
 def consensus_anomalies(
-    answers: Sequence[str], kind: str, embedder: Embedder, *, options: Options = None
+    answers: Sequence[str], kind: str, embedder: Embedder, *, options: Options = None,
+    prior: Sequence[str] = (),
 ) -> list[float]:
-    """``a_con,i = 1 − mean_{j≠i} sim(a_i, a_j)`` over the participants; 0 when alone."""
-    n = len(answers)
-    if n <= 1:
+    """``a_con,i = 1 − mean_j sim(a_i, a_j)`` over the other participants and ``prior``.
+
+    ``prior`` holds the query's retained answers of earlier rounds (DESIGN §3.7 revision), so a
+    later-round answer is checked against everything the federation already accepted, not
+    only against the (often single) participant of its own round. 0 with nobody to compare.
+    """
+    n, m = len(answers), len(prior)
+    if n == 0 or n + m <= 1:
         return [0.0] * n
-    sim = answer_similarity_matrix(answers, kind, embedder, options=options).astype(np.float64)
-    others = (sim.sum(axis=1) - np.diag(sim)) / (n - 1)
+    sim = answer_similarity_matrix([*answers, *prior], kind, embedder,
+                                   options=options).astype(np.float64)
+    block = sim[:n]
+    others = (block.sum(axis=1) - np.diag(sim)[:n]) / (n + m - 1)
     return [float(np.clip(1.0 - v, 0.0, 1.0)) for v in others]
 
 
@@ -203,6 +216,7 @@ def evaluate_batch(
     tolerance: float = 0.5,
     ablation: Ablation | str = Ablation.NONE,
     options: Sequence[Options] | None = None,
+    prior: Sequence[Sequence[str]] | None = None,
 ) -> list[list[AnomalyResult]]:
     """Score the responses of several queries of one round, one judge call per term.
 
@@ -221,6 +235,8 @@ def evaluate_batch(
         Evaluator ablation (module docstring).
     options : Sequence[Options], optional
         Per group multiple-choice options for canonical answers.
+    prior : Sequence[Sequence[str]], optional
+        Per group the retained answers of earlier rounds (consensus is taken against them too).
 
     Returns
     -------
@@ -235,6 +251,8 @@ def evaluate_batch(
         raise ValueError(f"got {len(kinds)} kinds for {len(groups)} groups")
     if options is not None and len(options) != len(groups):
         raise ValueError(f"got {len(options)} option sets for {len(groups)} groups")
+    if prior is not None and len(prior) != len(groups):
+        raise ValueError(f"got {len(prior)} prior answer lists for {len(groups)} groups")
 
     parsed = [(g, k, r) for g, grp in enumerate(groups) for k, r in enumerate(grp) if r is not None]
     responses = [r for _, _, r in parsed]
@@ -262,8 +280,9 @@ def evaluate_batch(
             idx = [k for k, r in enumerate(grp) if r is not None]
             opts = options[g] if options is not None else None
             answers = [grp[k].final_answer for k in idx]  # type: ignore[union-attr]
-            for k, v in zip(idx, consensus_anomalies(answers, kinds[g], embedder, options=opts),
-                            strict=True):
+            earlier = list(prior[g]) if prior is not None else []
+            for k, v in zip(idx, consensus_anomalies(answers, kinds[g], embedder, options=opts,
+                                                     prior=earlier), strict=True):
                 a_con[(g, k)] = v
 
     out: list[list[AnomalyResult]] = [[UNPARSED] * len(grp) for grp in groups]

@@ -143,11 +143,35 @@ def test_consensus_equal_canonical_answers_is_zero():
     assert consensus_anomalies(["1,000", "1000", "$1000.00"], "number", EMB) == [0.0, 0.0, 0.0]
 
 
-def test_consensus_uses_clipped_cosine_otherwise():
+def test_consensus_uses_clipped_cosine_for_free_text():
     # sim(18,20)=.6, sim(18,abc)=max(-1,0)=0, sim(20,abc)=max(-.6,0)=0
     # a_con(18)=1−(.6+0)/2=.7, a_con(20)=1−(.6+0)/2=.7, a_con(abc)=1−0=1
-    got = consensus_anomalies(["18", "20", "abc"], "number", EMB)
+    got = consensus_anomalies(["18", "20", "abc"], "text", EMB)
     assert got == pytest.approx([0.7, 0.7, 1.0])
+
+
+@pytest.mark.parametrize("kind,answers,expected", [
+    # different numbers never agree, however close their embeddings (cos .6 here)
+    ("number", ["18", "20", "18.0"], [0.5, 1.0, 0.5]),
+    # option letters: "C" vs "(C)" equal, "D" agrees with nobody
+    ("option", ["C", "(C)", "D"], [0.5, 0.5, 1.0]),
+    # LaTeX: \frac{1}{2} = 0.5 canonically
+    ("math", ["\\frac{1}{2}", "0.5", "2"], [0.5, 0.5, 1.0]),
+])
+def test_consensus_is_canonical_equality_for_discrete_answers(kind, answers, expected):
+    emb = MatrixEmbedder({"18": [1, 0], "20": [0.6, 0.8], "18.0": [1, 0]})
+    assert consensus_anomalies(answers, kind, emb) == pytest.approx(expected)
+
+
+def test_consensus_counts_earlier_retained_answers():
+    # alone in its round but checked against 2 earlier answers: "17" agrees with neither
+    assert consensus_anomalies(["17"], "number", EMB, prior=["12", "12"]) == [1.0]
+    # "12" agrees with both earlier answers
+    assert consensus_anomalies(["12"], "number", EMB, prior=["12", "12"]) == [0.0]
+    # two participants + 2 prior: "12" agrees with 2 of its 3 others, "17" with 0 of 3
+    got = consensus_anomalies(["12", "17"], "number", EMB, prior=["12", "12"])
+    assert got == pytest.approx([1 / 3, 1.0])
+    assert consensus_anomalies(["12"], "number", EMB) == [0.0]  # nobody to compare with
 
 
 def test_blank_answers_agree_with_nobody():
@@ -157,10 +181,11 @@ def test_blank_answers_agree_with_nobody():
 
 
 def test_similarity_to_reference():
-    # equal canonical → 1, else clipped cosine .6, opposite → 0
-    assert similarity_to(["18.0", "20", "abc"], "18", "number",
-                         MatrixEmbedder({"18.0": [0, 1], "20": [0.6, 0.8], "abc": [-1, 0],
-                                         "18": [1, 0]})) == pytest.approx([1.0, 0.6, 0.0])
+    emb = MatrixEmbedder({"18.0": [0, 1], "20": [0.6, 0.8], "abc": [-1, 0], "18": [1, 0]})
+    # numbers: equal canonical → 1, anything else 0 (no embedding cosine)
+    assert similarity_to(["18.0", "20", "abc"], "18", "number", emb) == [1.0, 0.0, 0.0]
+    # free text: clipped cosine .6, opposite → 0
+    assert similarity_to(["20", "abc"], "18", "text", emb) == pytest.approx([0.6, 0.0])
 
 
 def _resp(answer, claims=()):

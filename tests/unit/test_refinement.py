@@ -14,7 +14,7 @@ Z = CollabState(
 
 
 def test_refined_query_summarizes_z():
-    q = refine_query(TASK, Z)
+    q = refine_query(TASK, Z, style="verify")
     assert q.startswith(TASK + "\n\n")
     for part in ("candidate answer '18'", "support 74%", "2 of 3", "- 9 eggs are sold",
                  "'20' (26%)", "- 10 eggs are sold", "Verify the candidate answer"):
@@ -38,8 +38,21 @@ def test_summary_is_bounded():
         disputed_claims=tuple("d" * 900 for _ in range(9)), round=3, n_agreeing=1, n_retained=9,
     )
     for cap in (500, 800, 1200):
-        text = refinement_text(huge, max_chars=cap)
+        text = refinement_text(huge, max_chars=cap, style="verify")
         assert len(text) <= cap
         assert "candidate answer" in text and text.endswith("required format.")
+        text = refinement_text(huge, max_chars=cap)
+        assert len(text) <= cap and text.endswith("state your own final answer.")
     with pytest.raises(ValueError, match="max_chars"):
         refinement_text(Z, max_chars=100)
+
+
+def test_independent_style_lists_answers_without_the_candidates_reasoning():
+    text = refinement_text(Z)
+    # the earlier answers and their weight shares, the top one first
+    assert "answers given: '18' (74%), '20' (26%)." in text
+    # no claims of the candidate, no request to confirm it: a fresh solution is asked for
+    assert "9 eggs are sold" not in text and "10 eggs" not in text
+    assert "Verify" not in text and "from scratch" in text
+    with pytest.raises(ValueError, match="style"):
+        refinement_text(Z, style="anchor")
