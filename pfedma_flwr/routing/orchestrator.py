@@ -47,6 +47,8 @@ class CandidateState:
     profile: str = ""
     profile_embedding: np.ndarray | None = None
     asked_for_this_query: bool = False
+    # public profile domains (ClientDescription.domains); empty = unknown
+    domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -230,8 +232,15 @@ class HeuristicOrchestrator:
                         key=lambda sc: (-sc[0], sc[1].client_id))
         n = k
         if round > 1:
-            # Stable sort: not-yet-asked clients first, each part still by score.
-            scored.sort(key=lambda sc: sc[1].asked_for_this_query)
+            # Stable sort, each part still by score: in-domain clients not yet asked, then
+            # in-domain ones again (a fresh, independently sampled attempt), then off-domain
+            # ones (DESIGN §3.12 revision: "not yet asked first" regardless of domain sent
+            # every round-2 GSM8K query to the physician). Unknown domains count as in-domain.
+            def tier(c: CandidateState) -> tuple[bool, bool]:
+                off = bool(c.domains) and query.domain not in c.domains
+                return off, c.asked_for_this_query
+
+            scored.sort(key=lambda sc: tier(sc[1]))
             if self.adaptive_k:
                 n = votes_needed(z, k)
         chosen = tuple(c.client_id for _, c in scored[:n])

@@ -147,6 +147,31 @@ class RoutingTable:
         st.n_asked[domain] = st.asked(domain) + 1
         return st
 
+    def record_round(
+        self, client_id: str, domain: str, *, qualities: list[float], retained: list[bool]
+    ) -> RoutingState:
+        """One EMA step per (client, domain) and Flower round, over all its answers of the round.
+
+        A Flower round carries many queries; stepping the EMA once per answered query let the
+        batch size decide how fast C and S move (a client with 10 queries of one round moved
+        10 steps, one with 1 query one step). Here the round's mean quality signal moves
+        ``C_{i,d}`` one step and the round's retention share moves ``S_i`` one step (DESIGN §3.8
+        revision). ``qualities`` holds ``g_i`` of the answers that had a reference to compare
+        with (none: ``C`` is kept); ``retained`` one flag per answer, a failure being ``False``.
+        """
+        st = self.get(client_id)
+        c = st.c(domain)
+        if qualities:
+            c, _ = update_routing_state(c, st.reliability,
+                                        float(sum(qualities) / len(qualities)), False, self.eta)
+        if retained:
+            share = sum(retained) / len(retained)
+            st.reliability = (1.0 - self.eta) * st.reliability + self.eta * share
+        if qualities:
+            st.capability[domain] = c
+        st.n_asked[domain] = st.asked(domain) + len(retained)
+        return st
+
     def record_failure(self, client_id: str, domain: str) -> RoutingState:
         """Selected client failed, timed out or sent nothing usable: ``S`` decays, ``C`` is kept."""
         st = self.get(client_id)

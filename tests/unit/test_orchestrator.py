@@ -103,6 +103,22 @@ def test_later_rounds_prefer_clients_not_yet_asked():
     assert orch(k_max=2).select(Q, None, cands, round=1).clients == ("a", "c")
 
 
+def test_later_rounds_prefer_in_domain_clients_over_unasked_off_domain_ones():
+    import dataclasses
+
+    def dom(c, *domains):
+        return dataclasses.replace(c, domains=domains)
+
+    # a and c are math clients, a asked already; b (medicine) not asked
+    cands = [dom(cand("a", asked_now=True), "math"), dom(cand("b"), "medicine"),
+             dom(cand("c"), "physics", "math")]
+    # tiers: c (in-domain, new), a (in-domain, again), b (off-domain)
+    assert orch(k_max=3).select(Q, None, cands, round=2).clients == ("c", "a", "b")
+    # with c asked too, both math clients come again before the physician
+    cands[2] = dom(cand("c", asked_now=True), "physics", "math")
+    assert orch(k_max=2).select(Q, None, cands, round=2).clients == ("a", "c")
+
+
 def test_ties_by_client_id_and_no_candidates():
     cands = [cand("b", profile=[1, 0]), cand("a", profile=[1, 0])]
     assert orch().select(Q, None, cands, round=1).clients == ("a", "b")

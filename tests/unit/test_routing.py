@@ -91,3 +91,22 @@ def test_table_validation():
         RoutingTable(eta=0.0)
     with pytest.raises(ValueError, match="client_id"):
         RoutingTable().get("")
+
+
+def test_record_round_is_one_step_whatever_the_batch_size():
+    # 10 answers of one Flower round move C and S exactly one EMA step (eta .2):
+    # C = .8*.5 + .2*mean(g) = .4 + .2*.6 = .52; S = .8*.5 + .2*(7/10) = .54
+    t = RoutingTable(eta=0.2)
+    st = t.record_round("a", "math", qualities=[0.6] * 10, retained=[True] * 7 + [False] * 3)
+    assert st.c("math") == pytest.approx(0.52) and st.reliability == pytest.approx(0.54)
+    assert st.asked("math") == 10
+    # one answer of the same quality gives the same C step
+    one = RoutingTable(eta=0.2).record_round("b", "math", qualities=[0.6], retained=[True])
+    assert one.c("math") == pytest.approx(0.52) and one.reliability == pytest.approx(0.6)
+
+
+def test_record_round_without_reference_keeps_capability():
+    # no other retained answer to compare with (leave-one-out z empty): C stays at the prior
+    st = RoutingTable(eta=0.2).record_round("a", "math", qualities=[], retained=[True, True])
+    assert "math" not in st.capability and st.c("math") == 0.5
+    assert st.reliability == pytest.approx(0.6)
