@@ -2,12 +2,14 @@ import hashlib
 import http.server
 import importlib.util
 import json
+import socket
 import threading
+import time
 
 import pytest
 
 from pfedma_flwr.agents.backends import BACKENDS, MockBackend, make_backend
-from pfedma_flwr.agents.backends.base import GenerationResult
+from pfedma_flwr.agents.backends.base import BackendUnavailableError, GenerationResult
 from pfedma_flwr.agents.backends.embedded import (
     EmbeddedModel,
     MissingModelError,
@@ -106,9 +108,20 @@ def test_generation_result_tokens():
 class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
     script: list = []  # (status, body) popped per request; empty -> echo success
     seen: list = []
+    models: tuple = ()  # GET /models: (status, body); empty -> 404 (no listing)
 
     def log_message(self, *args):
         pass
+
+    def do_GET(self):  # noqa: N802
+        type(self).seen.append({"GET": self.path})
+        status, payload = type(self).models or (404, {"error": {"message": "no such route"}})
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -144,7 +157,7 @@ class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def fake_server():
-    _FakeOpenAI.script, _FakeOpenAI.seen = [], []
+    _FakeOpenAI.script, _FakeOpenAI.seen, _FakeOpenAI.models = [], [], ()
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -218,6 +231,137 @@ def test_openai_unreachable_is_item_error():
     )
     r = be.generate([user("a")], max_tokens=4)[0]
     assert not r.ok and "2 attempt(s)" in r.error
+    # the code leads the text and is a field, so the client can report it upward
+    assert r.code == "connect" and r.error.startswith("connect: openai backend at "
+                                                      "http://127.0.0.1:9/v1 (model 'm')")
+
+
+def test_openai_item_error_codes(fake_server, caplog):
+    _FakeOpenAI.script = [(400, {"error": {"message": "bad"}}), (500, {"error": {}}),
+                          (503, {"error": {}}), (200, {"id": "x", "object": "chat.completion",
+                                                       "created": 0, "model": "m",
+                                                       "choices": []})]
+    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=1, backoff=0.0,
+                       concurrency=1)
+    res = be.generate([user("a"), user("b"), user("c")], max_tokens=4)
+    # a: 400 is final; b: 500 then 503 (retry exhausted); c: 200 without choices, then echo
+    assert [r.code for r in res] == ["http_400", "http_503", ""]
+    assert res[0].error.startswith("http_400: ") and "HTTP 400" in res[0].error
+    assert res[2].text == "echo: c"
+    # one warning line for the batch, with the counts per code
+    [line] = [r.getMessage() for r in caplog.records if "items failed" in r.getMessage()]
+    assert "2 of 3 items failed {'http_400': 1, 'http_503': 1}" in line
+    # no choices twice -> "empty"
+    _FakeOpenAI.script = [(200, {"id": "x", "object": "chat.completion", "created": 0,
+                                 "model": "m", "choices": []})] * 2
+    r = be.generate([user("d")], max_tokens=4)[0]
+    assert r.code == "empty" and "response has no choices" in r.error
+
+
+def test_credentials_in_the_url_never_reach_an_error_message():
+    be = OpenAIBackend(base_url="http://user:s3cret@127.0.0.1:9/v1?key=s3cret", model="m",
+                       max_retries=0, backoff=0.0, timeout=2.0)
+    r = be.generate([user("a")], max_tokens=4)[0]
+    assert "s3cret" not in r.error and "http://***@127.0.0.1:9/v1" in r.error
+    with pytest.raises(BackendUnavailableError) as ei:
+        be.health_check(timeout=1.0)
+    assert "s3cret" not in str(ei.value)
+
+
+# ----------------------------------------------------------------------------- health checks
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_health_check_dead_endpoint_names_endpoint_and_model():
+    port = _closed_port()
+    be = OpenAIBackend(base_url=f"http://127.0.0.1:{port}/v1", model="qwen", timeout=30.0)
+    t0 = time.monotonic()
+    with pytest.raises(BackendUnavailableError) as ei:
+        be.health_check(timeout=2.0)
+    assert time.monotonic() - t0 < 2.5  # one short try, not the 30 s request timeout x retries
+    msg = str(ei.value)
+    assert f"openai backend at http://127.0.0.1:{port}/v1 (model 'qwen')" in msg
+    assert "endpoint does not answer within 2s" in msg and "APIConnectionError" in msg
+
+
+def test_health_check_slow_endpoint_times_out():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)  # accepts connections, never answers
+    try:
+        be = OpenAIBackend(base_url=f"http://127.0.0.1:{srv.getsockname()[1]}/v1", model="m")
+        t0 = time.monotonic()
+        with pytest.raises(BackendUnavailableError, match="does not answer within 0.5s"):
+            be.health_check(timeout=0.5)
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        srv.close()
+
+
+def _models(*ids):
+    return (200, {"object": "list", "data": [{"id": i, "object": "model", "created": 0,
+                                               "owned_by": "x"} for i in ids]})
+
+
+def test_health_check_listed_model_passes_with_one_get(fake_server):
+    _FakeOpenAI.models = _models("a", "qwen")
+    OpenAIBackend(base_url=fake_server, model="qwen").health_check(timeout=5.0)
+    assert _FakeOpenAI.seen == [{"GET": "/v1/models"}]  # no generation spent
+
+
+def test_health_check_unlisted_model_is_decided_by_a_one_token_request(fake_server):
+    # llama.cpp server lists its file name but answers any model name
+    _FakeOpenAI.models = _models("/models/qwen.gguf")
+    OpenAIBackend(base_url=fake_server, model="qwen").health_check(timeout=5.0)
+    assert _FakeOpenAI.seen[1]["max_tokens"] == 1 and _FakeOpenAI.seen[1]["model"] == "qwen"
+
+
+def test_health_check_missing_model_lists_what_is_served(fake_server):
+    _FakeOpenAI.models = _models("a", "b")
+    _FakeOpenAI.script = [(404, {"error": {"message": "model 'qwen' not found"}})]
+    with pytest.raises(BackendUnavailableError) as ei:
+        OpenAIBackend(base_url=fake_server, model="qwen").health_check(timeout=5.0)
+    assert "model 'qwen' is not served; it lists ['a', 'b'] (HTTP 404" in str(ei.value)
+    assert fake_server in str(ei.value)
+
+
+def test_health_check_without_listing_uses_the_request(fake_server):
+    OpenAIBackend(base_url=fake_server, model="m").health_check(timeout=5.0)  # GET 404, POST ok
+    assert len(_FakeOpenAI.seen) == 2
+
+
+@pytest.mark.parametrize("where", ["list", "request"])
+def test_health_check_refused_key_names_the_variable(fake_server, where):
+    if where == "list":
+        _FakeOpenAI.models = (401, {"error": {"message": "invalid key"}})
+    else:
+        _FakeOpenAI.script = [(401, {"error": {"message": "invalid key"}})]
+    be = OpenAIBackend(base_url=fake_server, model="m", api_key_env="MY_KEY_VAR")
+    with pytest.raises(BackendUnavailableError, match=r"refused the API key from \$MY_KEY_VAR"):
+        be.health_check(timeout=5.0)
+
+
+def test_health_check_server_error_is_not_called_a_missing_model(fake_server):
+    _FakeOpenAI.script = [(500, {"error": {"message": "CUDA out of memory"}})]
+    with pytest.raises(BackendUnavailableError, match=r"endpoint fails requests \(HTTP 500"):
+        OpenAIBackend(base_url=fake_server, model="m").health_check(timeout=5.0)
+
+
+def test_in_process_backends_are_healthy_once_built():
+    m = MockBackend()
+    m.health_check()  # nothing to reach: returns without error
+    assert m.endpoint() == "mock (in-process)"
+
+
+def test_bad_prompt_and_missing_items_have_codes():
+    res = MockBackend().generate([[], user("x")], max_tokens=3)
+    assert res[0].code == "bad_prompt" and res[1].ok and res[1].code == ""
+    assert GenerationResult.failure("boom").code == "error"
 
 
 @pytest.mark.parametrize(

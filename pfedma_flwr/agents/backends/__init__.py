@@ -12,7 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
+from pfedma_flwr.agents.backends.base import (
+    Backend,
+    BackendUnavailableError,
+    GenerationResult,
+    Messages,
+)
 from pfedma_flwr.agents.backends.mock import MockBackend
 from pfedma_flwr.registry import Registry
 
@@ -77,6 +82,7 @@ make_backend.cache_info = _cached.cache_info  # type: ignore[attr-defined]
 __all__ = [
     "BACKENDS",
     "Backend",
+    "BackendUnavailableError",
     "GenerationResult",
     "Messages",
     "MockBackend",

@@ -3,7 +3,9 @@
 Every model an agent, judge or orchestrator talks to sits behind :class:`Backend` (DESIGN §2:
 "LLMs live behind a backend interface with batch generation"). A backend never raises for one
 bad item of a batch: that item comes back as a :class:`GenerationResult` with ``error`` set, so
-one failed prompt cannot sink the replies to every other routed query.
+one failed prompt cannot sink the replies to every other routed query. Each failure carries a
+short ``code`` (``connect``, ``timeout``, ``http_404``, ...) that the client reports upward,
+and :meth:`Backend.health_check` lets the handshake fail fast on a backend that cannot answer.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class GenerationResult:
         ``"stop"`` (EOS or stop string), ``"length"`` (hit ``max_tokens``) or ``"error"``.
     error : str
         Empty on success; otherwise why this item failed.
+    code : str
+        Empty on success; otherwise a short reason code (``[a-z0-9_]``, e.g. ``connect``,
+        ``timeout``, ``http_500``, ``bad_prompt``) to count failures by.
     """
 
     text: str
@@ -42,6 +47,7 @@ class GenerationResult:
     completion_tokens: int = 0
     finish_reason: str = "stop"
     error: str = ""
+    code: str = ""
 
     @property
     def tokens(self) -> int:
@@ -54,9 +60,18 @@ class GenerationResult:
         return not self.error
 
     @classmethod
-    def failure(cls, error: str, prompt_tokens: int = 0) -> GenerationResult:
-        """A failed item carrying its reason."""
-        return cls(text="", prompt_tokens=prompt_tokens, finish_reason="error", error=error)
+    def failure(cls, error: str, prompt_tokens: int = 0, *, code: str = "error"
+                ) -> GenerationResult:
+        """A failed item carrying its reason and reason code."""
+        return cls(text="", prompt_tokens=prompt_tokens, finish_reason="error", error=error,
+                   code=code or "error")
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend cannot serve generations (endpoint down, model missing, key refused).
+
+    Raised by :meth:`Backend.health_check`; the message names the backend, endpoint and model.
+    """
 
 
 def validate_messages(messages: Any) -> str:
@@ -142,7 +157,8 @@ class Backend(abc.ABC):
         valid: list[int] = []
         for k, p in enumerate(prompts):
             reason = validate_messages(p)
-            results.append(GenerationResult.failure(reason) if reason else None)
+            results.append(GenerationResult.failure(reason, code="bad_prompt") if reason
+                           else None)
             if not reason:
                 valid.append(k)
         if valid:
@@ -160,16 +176,22 @@ class Backend(abc.ABC):
                 )
             for k, r in zip(valid, produced, strict=True):
                 results[k] = r
-        out = [r if r is not None else GenerationResult.failure("missing") for r in results]
+        out = [r if r is not None else GenerationResult.failure("missing", code="missing")
+               for r in results]
         with self._lock:
             self.calls += 1
             self.items += len(out)
             self.prompt_tokens += sum(r.prompt_tokens for r in out)
             self.completion_tokens += sum(r.completion_tokens for r in out)
             self.errors += sum(1 for r in out if r.error)
-        for r in out:
-            if r.error:
-                logger.warning("%s: item failed: %s", self.name, r.error)
+        failed = [r for r in out if r.error]
+        if failed:
+            # One line per batch: a dead endpoint must be visible, not 20 identical lines.
+            codes: dict[str, int] = {}
+            for r in failed:
+                codes[r.code or "error"] = codes.get(r.code or "error", 0) + 1
+            logger.warning("%s: %d of %d items failed %s; first: %s", self.name, len(failed),
+                           len(out), dict(sorted(codes.items())), failed[0].error[:300])
         return out
 
     @abc.abstractmethod
@@ -183,6 +205,23 @@ class Backend(abc.ABC):
         seed: int | None,
     ) -> list[GenerationResult]:
         """Generate for validated prompts: one result per prompt, never raising per item."""
+
+    def endpoint(self) -> str:
+        """Where this backend generates, for messages (no secrets): here, in-process."""
+        return f"{self.name} (in-process)"
+
+    def health_check(self, *, timeout: float = 10.0) -> None:  # noqa: B027 - ok by default
+        """Raise :class:`BackendUnavailableError` if this backend cannot generate now.
+
+        In-process backends (embedded llama.cpp, transformers, mock) are ready once
+        constructed (loading the model raises on its own), so the default does nothing;
+        remote backends override it with a short request.
+
+        Parameters
+        ----------
+        timeout : float
+            Seconds the check may wait for a remote endpoint.
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release resources (model memory, HTTP pools)."""

@@ -2,7 +2,11 @@
 
 The deployment path of DESIGN §2. A batch fans out over a thread pool (servers like vLLM batch
 concurrent requests continuously); each request retries with exponential backoff, and a request
-that still fails becomes that item's error, not the batch's.
+that still fails becomes that item's error, not the batch's: ``"<code>: <what, where>"`` with
+the code (``connect``, ``timeout``, ``http_<status>``, ``empty``, ``api``) also in
+``GenerationResult.code``. :meth:`OpenAIBackend.health_check` lists the served models (or sends
+a one-token request) so a dead endpoint or a wrong model name fails the handshake, not every
+query.
 """
 
 from __future__ import annotations
@@ -12,8 +16,14 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
+from pfedma_flwr.agents.backends.base import (
+    Backend,
+    BackendUnavailableError,
+    GenerationResult,
+    Messages,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +105,8 @@ class OpenAIBackend(Backend):
         import openai  # imported here so the package imports without it
 
         self._openai = openai
+        self.base_url = base_url
+        self.api_key_env = api_key_env
         self.model = model
         self.json_mode = mode
         self.max_retries = max_retries
@@ -122,7 +134,7 @@ class OpenAIBackend(Backend):
             kwargs["response_format"] = fmt
         if seed is not None:
             kwargs["seed"] = seed
-        last = ""
+        last, code = "", "api"
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
@@ -135,15 +147,15 @@ class OpenAIBackend(Backend):
                     **kwargs,
                 )
             except self._openai.APIStatusError as e:
-                last = f"HTTP {e.status_code}: {str(e)[:200]}"
+                last, code = f"HTTP {e.status_code}: {str(e)[:200]}", f"http_{e.status_code}"
                 if e.status_code < 500 and e.status_code != 429:
                     break  # a client error does not heal by retrying
                 continue
             except self._openai.APIError as e:  # connection errors, timeouts
-                last = f"{type(e).__name__}: {str(e)[:200]}"
+                last, code = f"{type(e).__name__}: {str(e)[:200]}", _error_code(self._openai, e)
                 continue
             if not r.choices:
-                last = "response has no choices"
+                last, code = "response has no choices", "empty"
                 continue
             choice = r.choices[0]
             usage = r.usage
@@ -153,7 +165,64 @@ class OpenAIBackend(Backend):
                 completion_tokens=usage.completion_tokens if usage else 0,
                 finish_reason="length" if choice.finish_reason == "length" else "stop",
             )
-        return GenerationResult.failure(f"openai backend after {attempt + 1} attempt(s): {last}")
+        return GenerationResult.failure(
+            f"{code}: {self.endpoint()} after {attempt + 1} attempt(s): {last}", code=code)
+
+    def endpoint(self) -> str:
+        """The endpoint and model, for messages (credentials in the URL are masked)."""
+        return f"openai backend at {_safe_url(self.base_url)} (model {self.model!r})"
+
+    def health_check(self, *, timeout: float = 10.0) -> None:
+        """Check that the endpoint answers and serves :attr:`model`, within ``timeout`` seconds.
+
+        ``GET /models`` first; a model it does not list (llama.cpp server lists its file name
+        yet answers any model name) or an endpoint without the listing is tried with a
+        one-token chat request, which decides.
+
+        Raises
+        ------
+        BackendUnavailableError
+            Naming the endpoint and model: unreachable or too slow, API key refused, or model
+            not served (with the models it does list).
+        """
+        client = self._client.with_options(timeout=timeout, max_retries=0)
+        served: list[str] | None = None
+        try:
+            served = [m.id for m in client.models.list()]
+        except self._openai.APIConnectionError as e:  # timeouts included
+            raise self._unavailable(f"endpoint does not answer within {timeout:g}s", e) from e
+        except self._openai.APIStatusError as e:
+            if e.status_code in (401, 403):
+                raise self._unavailable(
+                    f"endpoint refused the API key from ${self.api_key_env}", e) from e
+        except self._openai.APIError:
+            served = None  # a listing it cannot parse: the request below decides
+        if served is not None and self.model in served:
+            return
+        try:
+            client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": "ping"}],
+                max_tokens=1, temperature=0.0)
+        except self._openai.APIConnectionError as e:
+            raise self._unavailable(f"endpoint does not answer within {timeout:g}s", e) from e
+        except self._openai.APIStatusError as e:
+            if e.status_code in (401, 403):
+                what = f"endpoint refused the API key from ${self.api_key_env}"
+            elif e.status_code in (400, 404, 422):
+                listed = f"; it lists {served[:10]}" if served else ""
+                what = f"model {self.model!r} is not served{listed}"
+            else:
+                what = "endpoint fails requests"
+            raise self._unavailable(what, e) from e
+        except self._openai.APIError as e:
+            raise self._unavailable("endpoint answers with something other than a chat "
+                                    "completion", e) from e
+
+    def _unavailable(self, what: str, e: Exception) -> BackendUnavailableError:
+        status = getattr(e, "status_code", None)
+        detail = f"HTTP {status}" if status is not None else type(e).__name__
+        return BackendUnavailableError(
+            f"{self.endpoint()}: {what} ({detail}: {str(e)[:160]})")
 
     def _generate_batch(
         self,
@@ -181,3 +250,24 @@ class OpenAIBackend(Backend):
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._client.close()
+
+
+def _error_code(openai: Any, e: Exception) -> str:
+    """Reason code of a non-HTTP-status client error."""
+    if isinstance(e, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(e, openai.APIConnectionError):
+        return "connect"
+    return "api"
+
+
+def _safe_url(url: str) -> str:
+    """``url`` for messages: ``user:password@`` masked, query dropped (either can hold a key)."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = "***@" + netloc.rsplit("@", 1)[1]
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    except ValueError:
+        return "<unparsable URL>"
