@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pfedma_flwr.persistence import append_line, private_dir, read_jsonl_lines
+
 AUDIT_FILE_VERSION = 1
 # Flat counter names; field-kind character counts are stored as "chars:<field kind>".
 CHARS_PREFIX = "chars:"
@@ -83,30 +85,25 @@ def add_to_counters(counters: Mapping[str, int], record: Mapping[str, Any]) -> d
 
 
 def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
-    """Append one record to a JSONL audit log (one line, flushed)."""
+    """Append one record to a JSONL audit log (one line, flushed; file 0600, directory 0700).
+
+    The log sits in the node's private ``state-dir`` and says what left the node: only its
+    owner should read it.
+    """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with open(p, "a", encoding="utf-8") as f:
-        f.write(json.dumps(dict(record), sort_keys=True) + "\n")
-        f.flush()
+    private_dir(p.parent)
+    append_line(p, json.dumps(dict(record), sort_keys=True))
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a JSONL audit log; a torn last line (crash mid-write) is skipped."""
-    out: list[dict[str, Any]] = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for k, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if k == len(lines) - 1:
-                continue
-            raise ValueError(f"{path}: line {k + 1} is not JSON") from None
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    """Records of a JSONL audit log; a torn last line (crash mid-write) is skipped.
+
+    Raises
+    ------
+    ValueError
+        For a line that does not parse anywhere but at the end (naming the line).
+    """
+    return [rec for _, rec in read_jsonl_lines(Path(path)) if isinstance(rec, dict)]
 
 
 def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

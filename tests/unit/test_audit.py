@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,21 @@ def test_torn_last_line_skipped_but_middle_garbage_is_an_error(tmp_path: Path):
     log.write_text('garbage\n' + json.dumps(rec) + "\n")
     with pytest.raises(ValueError, match="line 1"):
         read_records(log)
+
+
+def test_audit_log_is_owner_only_and_survives_a_torn_append(tmp_path: Path):
+    d = tmp_path / "state"
+    d.mkdir()
+    os.chmod(d, 0o755)  # a state-dir made by a deployment script under umask 022
+    log = d / "audit-p0.jsonl"
+    rec = summarize_payload("q", "{}")
+    log.write_text(json.dumps(rec) + "\n" + '{"v": 1, "resp')  # a crash mid-append, 0644
+    os.chmod(log, 0o644)
+    append_record(log, rec)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    # the fragment was cut before appending, so no damaged line is left mid-file
+    assert len(read_records(log)) == 2 and log.read_text().count("\n") == 2
 
 
 def test_cli_prints_summary(tmp_path: Path, capsys):
