@@ -15,16 +15,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pfedma_flwr.rules.model import (
-    PatternTimeoutError,
-    PrivacyRule,
-    Span,
-    find_spans,
-    from_global,
-    literal_regex,
-)
-from pfedma_flwr.rules.pii import DEFAULT_ENTITIES, PiiRecognizer, PiiSpan
-from pfedma_flwr.schema import Claim, GlobalRule, StructuredResponse
+from pfedma_flwr.rules.model import PrivacyRule, literal_regex
+from pfedma_flwr.rules.pii import DEFAULT_ENTITIES, PiiRecognizer
+from pfedma_flwr.rules.query_rules import QUERY_ENTITIES, apply_query_rules
+from pfedma_flwr.rules.safety import MatchBudget
+from pfedma_flwr.rules.spans import pii_per_field, placeholder, redact, run_rules
+from pfedma_flwr.schema import Claim, StructuredResponse
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +40,6 @@ UNCOVERED_ENTITIES: tuple[str, ...] = (
     "US_DRIVER_LICENSE",
     "MEDICAL_LICENSE",
 )
-
-
-def placeholder(action: str, kind: str) -> str:
-    """Replacement text: ``[REDACTED:<TYPE>]`` for redact, ``[<TYPE>]`` for generalize."""
-    return f"[REDACTED:{kind}]" if action == "redact" else f"[{kind}]"
 
 
 def default_answer_extractable(response: StructuredResponse) -> bool:
@@ -72,13 +63,15 @@ class EnforcementResult:
     """``r̃ = P_resp(r, Ω_local)`` plus per-rule outcomes; stays on the client.
 
     ``response`` is ``None`` iff a triggered ``refuse`` rule withheld it (``refused`` True).
-    ``outcomes`` lists triggered rules only; ``errors`` names rules whose pattern timed out.
+    ``outcomes`` lists triggered rules only; ``errors`` names rules whose pattern timed out on
+    its own (to quarantine), ``skipped`` those cut short by the message's matching budget.
     """
 
     response: StructuredResponse | None
     refused: bool
     outcomes: tuple[RuleOutcome, ...]
     errors: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
 
     @property
     def triggered_ids(self) -> tuple[str, ...]:
@@ -120,63 +113,9 @@ def _rebuild(response: StructuredResponse, fields: Sequence[str]) -> StructuredR
     return dataclasses.replace(response, final_answer=final, claims=claims)
 
 
-def _redact(text: str, spans: Sequence[tuple[Span, str]]) -> str:
-    """Replace the union of overlapping spans by one placeholder each; redact beats generalize."""
-    if not spans:
-        return text
-    ordered = sorted(spans, key=lambda sa: (sa[0].start, -sa[0].end))
-    # (start, end, kind, action, length of the span naming the placeholder)
-    groups: list[tuple[int, int, str, str, int]] = []
-    for span, action in ordered:
-        length = span.end - span.start
-        if groups and span.start < groups[-1][1]:
-            start, end, kind, act, best = groups[-1]
-            if length > best:  # the longest span names the merged placeholder
-                kind, best = span.kind, length
-            act = "redact" if "redact" in (act, action) else act
-            groups[-1] = (start, max(end, span.end), kind, act, best)
-        else:
-            groups.append((span.start, span.end, span.kind, action, length))
-    pieces: list[str] = []
-    pos = 0
-    for start, end, kind, act, _ in groups:
-        pieces.append(text[pos:start])
-        pieces.append(placeholder(act, kind))
-        pos = end
-    pieces.append(text[pos:])
-    return "".join(pieces)
-
-
-def _pii_per_field(
-    fields: Sequence[str], rules: Sequence[PrivacyRule], recognizer: PiiRecognizer | None
-) -> list[list[PiiSpan]]:
-    types = list(dict.fromkeys(t for r in rules for t in r.entity_types))
-    if not types:
-        return [[] for _ in fields]
-    if recognizer is None:
-        raise ValueError("rules with entity types need a PII recognizer")
-    return [recognizer.analyze(f, types) if f else [] for f in fields]
-
-
-def _rule_spans(
-    rules: Sequence[PrivacyRule],
-    fields: Sequence[str],
-    pii: Sequence[Sequence[PiiSpan]],
-    recognizer: PiiRecognizer | None,
-    errors: list[str],
-) -> dict[str, list[list[Span]]]:
-    out: dict[str, list[list[Span]]] = {}
-    for rule in rules:
-        try:
-            out[rule.rule_id] = [
-                find_spans(rule, f, recognizer, pii_spans=p)
-                for f, p in zip(fields, pii, strict=True)
-            ]
-        except PatternTimeoutError as e:
-            # Reported, not swallowed: the rule is skipped for this response only.
-            logger.warning("%s", e)
-            errors.append(rule.rule_id)
-    return out
+def _by_origin(rules: Sequence[PrivacyRule]) -> list[PrivacyRule]:
+    # The client's own rules run first: if the matching budget runs out, global ones are skipped.
+    return sorted(rules, key=lambda r: r.origin != "local")
 
 
 # --------------------------------------------------------------------------- P_resp
@@ -189,6 +128,7 @@ def enforce_response(
     *,
     answer_extractable: Callable[[StructuredResponse], bool] | None = None,
     requirement_ok: Callable[[PrivacyRule, StructuredResponse | None], bool] | None = None,
+    budget: MatchBudget | None = None,
 ) -> EnforcementResult:
     """``r̃ = P_resp(r, Ω_local)``: apply the response-scope rules to every text field (DESIGN §4).
 
@@ -213,17 +153,21 @@ def enforce_response(
     requirement_ok : callable, optional
         ``(rule, processed_or_None) -> bool``; ``False`` marks a conflict with a client
         requirement. Default: no extra requirement.
+    budget : MatchBudget, optional
+        The message's pattern-matching deadline (shared by every response of the message);
+        local rules are matched first.
 
     Returns
     -------
     EnforcementResult
     """
     extractable = answer_extractable or default_answer_extractable
-    active = [r for r in rules if r.scope == "response"]
+    active = _by_origin([r for r in rules if r.scope == "response"])
     fields = _fields(response)
-    errors: list[str] = []
-    pii = _pii_per_field(fields, active, recognizer)
-    spans = _rule_spans(active, fields, pii, recognizer, errors)
+    pii = pii_per_field(fields, active, recognizer)
+    run = run_rules(active, fields, pii, recognizer, budget)
+    spans = run.spans
+    errors = (tuple(run.errors), tuple(run.skipped))
     triggered = [r for r in active if r.rule_id in spans and any(spans[r.rule_id])]
 
     outcomes: list[RuleOutcome] = []
@@ -234,7 +178,7 @@ def enforce_response(
             single = _rebuild(
                 response,
                 [
-                    _redact(f, [(s, rule.action) for s in ss])
+                    redact(f, [(s, rule.action) for s in ss])
                     for f, ss in zip(fields, per_field, strict=True)
                 ],
             )
@@ -256,51 +200,12 @@ def enforce_response(
         )
 
     if any(r.action == "refuse" for r in triggered):
-        return EnforcementResult(None, True, tuple(outcomes), tuple(errors))
+        return EnforcementResult(None, True, tuple(outcomes), *errors)
     processed = [
-        _redact(f, [(s, r.action) for r in triggered for s in spans[r.rule_id][k]])
+        redact(f, [(s, r.action) for r in triggered for s in spans[r.rule_id][k]])
         for k, f in enumerate(fields)
     ]
-    return EnforcementResult(_rebuild(response, processed), False, tuple(outcomes), tuple(errors))
-
-
-# --------------------------------------------------------------------------- P_in
-
-
-def apply_query_rules(
-    text: str,
-    rules: Sequence[PrivacyRule | GlobalRule],
-    recognizer: PiiRecognizer | None,
-) -> tuple[str, list[str]]:
-    """``q̃ = P_in(q, Ω_global)``: redact/generalize query text with the active global rules.
-
-    Implements seed §3.2 / App. F. Both scopes apply: the seed processes *queries* with the
-    global repository, and its rules are learned from responses, so a response-scope global
-    rule (e.g. "redact personal names") is exactly what should minimise the query sent to
-    clients. ``refuse`` rules are *not* applied to queries: the query is the user's task, the
-    server already holds it (App. F: P_in reduces disclosure "without concealing the query from
-    the server"), and dropping it would refuse the task outright; their detectors still count
-    nothing here. Inactive :class:`GlobalRule` objects are skipped.
-
-    Returns
-    -------
-    tuple of (str, list of str)
-        The processed text and the ids of the rules that fired (global ids for global rules).
-    """
-    local: list[PrivacyRule] = []
-    for r in rules:
-        if isinstance(r, GlobalRule):
-            if not r.active:
-                continue
-            r = from_global(r)
-        if r.action != "refuse":
-            local.append(r)
-    errors: list[str] = []
-    pii = _pii_per_field([text], local, recognizer)
-    spans = _rule_spans(local, [text], pii, recognizer, errors)
-    fired = [r for r in local if r.rule_id in spans and spans[r.rule_id][0]]
-    out = _redact(text, [(s, r.action) for r in fired for s in spans[r.rule_id][0]])
-    return out, [r.global_id or r.rule_id for r in fired]
+    return EnforcementResult(_rebuild(response, processed), False, tuple(outcomes), *errors)
 
 
 # --------------------------------------------------------------------------- uncovered
@@ -313,6 +218,7 @@ def find_uncovered(
     recognizer: PiiRecognizer | None,
     *,
     pii_entity_types: Sequence[str] = UNCOVERED_ENTITIES,
+    budget: MatchBudget | None = None,
 ) -> list[Uncovered]:
     """Privacy constraints present in ``r`` that no active rule covers (DESIGN §4).
 
@@ -328,8 +234,8 @@ def find_uncovered(
         pii = [recognizer.analyze(f, types) if f else [] for f in fields]
     else:
         pii = [[] for _ in fields]
-    errors: list[str] = []
-    spans = _rule_spans(rules, fields, pii, recognizer, errors)
+    # A rule that fails here covers nothing, so its items count as uncovered (fail closed).
+    spans = run_rules(_by_origin(rules), fields, pii, recognizer, budget).spans
     covered = [[s for ss in spans.values() for s in ss[k]] for k in range(len(fields))]
 
     def is_covered(k: int, start: int, end: int) -> bool:
@@ -368,6 +274,7 @@ def find_uncovered(
 
 __all__ = [
     "DEFAULT_ENTITIES",
+    "QUERY_ENTITIES",
     "EnforcementResult",
     "RuleOutcome",
     "Uncovered",

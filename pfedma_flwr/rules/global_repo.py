@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.rules.model import check_detectors
 from pfedma_flwr.rules.promotion import (
-    SIM_EPS,
     CandidatePool,
     SimilarityStats,
     _support_from_sims,
@@ -28,6 +28,7 @@ from pfedma_flwr.rules.promotion import (
     support_proportions,
     update_h_score,
 )
+from pfedma_flwr.rules.resolve import ResolveResult, resolve
 from pfedma_flwr.schema import GlobalRule, RuleFeedback
 
 logger = logging.getLogger(__name__)
@@ -48,81 +49,6 @@ __all__ = [
     "support_proportions",
     "update_h_score",
 ]
-
-
-# --------------------------------------------------------------------------- Resolve
-
-
-@dataclass(frozen=True)
-class ResolveResult:
-    """Output of :func:`resolve`, indexed like its input rows.
-
-    ``rep[i]`` is the row that row ``i`` merged into (itself for a representative); ``h``/``n``
-    hold the merged scores at representative rows; ``active`` is True for exactly one
-    representative per cluster; ``cluster[i]`` is the leader row of ``i``'s cluster.
-    """
-
-    rep: np.ndarray
-    h: np.ndarray
-    n: np.ndarray
-    active: np.ndarray
-    cluster: np.ndarray
-
-    @property
-    def representatives(self) -> list[int]:
-        """Rows that survive, in input (age) order."""
-        return [int(i) for i in np.flatnonzero(self.rep == np.arange(len(self.rep)))]
-
-
-def resolve(
-    embeddings: np.ndarray,
-    spec_keys: Sequence[Hashable],
-    h: Sequence[float],
-    n: Sequence[int],
-    *,
-    threshold: float = 0.9,
-) -> ResolveResult:
-    """``Resolve`` (DESIGN §3.5): cluster, merge equivalents, pick one active rule per cluster.
-
-    Rows must be in age order (oldest first). One similarity matrix is computed. Clusters are
-    formed leader-first in age order: each unassigned row claims every unassigned row with
-    cos ≥ ``threshold``. Within a cluster, rows with the same ``spec_keys`` (action + detector
-    spec) merge into the oldest: ``N`` summed, ``H`` the ``N``-weighted mean (the
-    representative's ``H`` when all ``N`` are 0). The active representative is ``argmax H``,
-    ties going to the older rule; the others stay, inactive.
-    """
-    e = np.asarray(embeddings, dtype=np.float32)
-    m = e.shape[0] if e.ndim == 2 else -1
-    if m < 0 or len(spec_keys) != m or len(h) != m or len(n) != m:
-        raise ValueError("resolve: embeddings (m, d), spec_keys, h and n must all have m rows")
-    hh = np.asarray(h, dtype=np.float64)
-    nn = np.asarray(n, dtype=np.int64)
-    if m == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return ResolveResult(empty, hh, nn, np.zeros(0, dtype=bool), empty)
-    similar = (e @ e.T) >= threshold - SIM_EPS
-    cluster = np.full(m, -1, dtype=np.int64)
-    for i in range(m):
-        if cluster[i] < 0:
-            members = similar[i] & (cluster < 0)
-            members[i] = True
-            cluster[members] = i
-    # Merge equivalents: the oldest row of each (cluster, spec) group represents it.
-    first: dict[tuple[int, Hashable], int] = {}
-    rep = np.array([first.setdefault((int(cluster[i]), spec_keys[i]), i) for i in range(m)])
-    n_sum = np.bincount(rep, weights=nn, minlength=m)
-    hn_sum = np.bincount(rep, weights=hh * nn, minlength=m)
-    is_rep = rep == np.arange(m)
-    new_h = np.where(is_rep & (n_sum > 0), hn_sum / np.maximum(n_sum, 1), hh)
-    new_n = np.where(is_rep, n_sum, nn).astype(np.int64)
-    # argmax H per cluster, ties -> older: sort reps by (cluster, -H, age) and take the first.
-    reps = np.flatnonzero(is_rep)
-    order = reps[np.lexsort((reps, -new_h[reps], cluster[reps]))]
-    head = np.ones(len(order), dtype=bool)
-    head[1:] = cluster[order][1:] != cluster[order][:-1]
-    active = np.zeros(m, dtype=bool)
-    active[order[head]] = True
-    return ResolveResult(rep=rep, h=new_h, n=new_n, active=active, cluster=cluster)
 
 
 def _spec_key(r: GlobalRule) -> tuple[Any, ...]:
@@ -165,6 +91,8 @@ class UpdateReport:
     activated: tuple[str, ...]
     deactivated: tuple[str, ...]
     pool_similarity: SimilarityStats
+    #: promoted by ζ but not admitted, per reason: invalid / per_client / per_round / full
+    refused: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class GlobalRuleRepository:
@@ -178,21 +106,41 @@ class GlobalRuleRepository:
         Cosine at or above which two rules address the same constraint (seed: 0.9).
     id_prefix : str
         Prefix of assigned rule ids (``<prefix><n>``).
+    max_promotions_per_round, max_promotions_per_client : int
+        New rules admitted per round, and per contributor per round (measured attack: two
+        colluding clients x 256 candidates x 3 rounds made 768 active rules).
+    max_rules : int
+        Size of the repository; once full, nothing new is admitted (nothing is evicted:
+        DESIGN §3.5).
+    snapshot_size : int
+        Rules redistributed per message (:meth:`snapshot`: highest H first, then oldest).
     """
 
     def __init__(
-        self, *, embedder: Embedder, sim_threshold: float = 0.9, id_prefix: str = "g"
+        self, *, embedder: Embedder, sim_threshold: float = 0.9, id_prefix: str = "g",
+        max_promotions_per_round: int = 4, max_promotions_per_client: int = 1,
+        max_rules: int = 1024, snapshot_size: int = 64,
     ) -> None:
         if not -1.0 <= sim_threshold <= 1.0:
             raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
         if not id_prefix or ":" in id_prefix:
             raise ValueError(f"id_prefix must be non-empty without ':', got {id_prefix!r}")
+        caps = {"max_promotions_per_round": max_promotions_per_round,
+                "max_promotions_per_client": max_promotions_per_client,
+                "max_rules": max_rules, "snapshot_size": snapshot_size}
+        for name, v in caps.items():
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         self.embedder = embedder
         self.sim_threshold = float(sim_threshold)
         self.id_prefix = id_prefix
+        self.max_promotions_per_round = max_promotions_per_round
+        self.max_promotions_per_client = max_promotions_per_client
+        self.max_rules, self.snapshot_size = max_rules, snapshot_size
         self._rules: list[GlobalRule] = []  # age order
         self._emb = np.zeros((0, embedder.dim), dtype=np.float32)
         self._aliases: dict[str, str] = {}  # merged-away id -> surviving id
+        self._quarantined: dict[str, str] = {}  # rule id -> reason code
         self._next_id = 0
         self.last_pool_similarity = SimilarityStats(n=0)
 
@@ -215,6 +163,34 @@ class GlobalRuleRepository:
     def active_rules(self) -> list[GlobalRule]:
         """The active rule of each constraint, oldest first."""
         return [r for r in self._rules if r.active]
+
+    def snapshot(self) -> list[GlobalRule]:
+        """The active rules to redistribute: at most ``snapshot_size``, highest H, then oldest."""
+        order = sorted(range(len(self._rules)), key=lambda k: (-self._rules[k].h_score, k))
+        return [self._rules[k] for k in order if self._rules[k].active][: self.snapshot_size]
+
+    @property
+    def quarantined(self) -> dict[str, str]:
+        """Rule id -> reason code of every rule taken out of service."""
+        return dict(self._quarantined)
+
+    def is_quarantined(self, rule_id: str) -> bool:
+        """Whether ``rule_id`` was taken out of service."""
+        return rule_id in self._quarantined
+
+    def quarantine(self, rule_id: str, reason: str) -> None:
+        """Take a rule that failed at run time out of the repository (logged, never raised).
+
+        It leaves the rules, the snapshot and every later checkpoint; its id and the reason code
+        stay in :attr:`quarantined`, so feedback for it is reported as unknown.
+        """
+        rid = self._aliases.get(rule_id, rule_id)
+        self._quarantined[rid] = str(reason)[:40]
+        keep = [k for k, r in enumerate(self._rules) if r.rule_id != rid]
+        if len(keep) < len(self._rules):
+            logger.warning("global rule %r quarantined (%s)", rid, reason)
+            self._rules = [self._rules[k] for k in keep]
+            self._emb = self._emb[keep]
 
     def resolve_id(self, rule_id: str) -> str | None:
         """Current id of ``rule_id`` after merges, or ``None`` if unknown."""
@@ -284,7 +260,7 @@ class GlobalRuleRepository:
         pool_emb = np.asarray(pool.embeddings, dtype=np.float32)
         pool_sims = pool_emb @ pool_emb.T  # the pool's one similarity matrix: ζ and the stats
         zeta = _support_from_sims(pool_sims, self.sim_threshold)
-        chosen = promote(zeta)
+        chosen, refused = self._admit(promote(zeta), pool)
         self.last_pool_similarity = SimilarityStats.of(pool_sims)
 
         n_old = len(self._rules)
@@ -349,44 +325,97 @@ class GlobalRuleRepository:
             activated=tuple(sorted(now_active - was_active)),
             deactivated=tuple(sorted(was_active - now_active)),
             pool_similarity=self.last_pool_similarity,
+            refused=refused,
         )
         logger.debug("rule update %s", report)
         return report
 
+    def _admit(self, promoted: Sequence[int], pool: CandidatePool) -> tuple[list[int], dict]:
+        """The promoted indices admitted (pool order) under the validity and size caps."""
+        known = {(r.text, _spec_key(r)) for r in self._rules}
+        refused: dict[str, int] = {}
+        per_owner: dict[int, int] = {}
+        admitted: list[int] = []
+        n_new = 0
+        for i in promoted:
+            c = pool.candidates[i]
+            spec = (c.scope, c.action, tuple(sorted(set(c.entity_types))),
+                    tuple(sorted(set(c.patterns))))
+            if (c.text, spec) in known:
+                admitted.append(i)  # an exact duplicate merges away: no new rule
+                continue
+            reason = ("invalid" if pool.problems[i] else
+                      "per_client" if per_owner.get(pool.owners[i], 0)
+                      >= self.max_promotions_per_client else
+                      "full" if len(self._rules) + n_new >= self.max_rules else
+                      "per_round" if n_new >= self.max_promotions_per_round else "")
+            if reason:
+                refused[reason] = refused.get(reason, 0) + 1
+                continue
+            per_owner[pool.owners[i]] = per_owner.get(pool.owners[i], 0) + 1
+            n_new += 1
+            known.add((c.text, spec))
+            admitted.append(i)
+        if refused:
+            logger.warning("promotion refused for %s", refused)
+        return admitted, refused
+
     # ------------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready checkpoint (embeddings are recomputed on load)."""
+        """JSON-ready checkpoint (embeddings are recomputed on load; no quarantined rule)."""
         return {
             "version": REPO_VERSION,
             "sim_threshold": self.sim_threshold,
             "id_prefix": self.id_prefix,
             "next_id": self._next_id,
             "aliases": dict(self._aliases),
+            "caps": {"max_promotions_per_round": self.max_promotions_per_round,
+                     "max_promotions_per_client": self.max_promotions_per_client,
+                     "max_rules": self.max_rules, "snapshot_size": self.snapshot_size},
+            "quarantined": dict(self._quarantined),
             "rules": [r.to_dict() for r in self._rules],
         }
 
     @classmethod
     def from_dict(cls, d: Any, *, embedder: Embedder) -> GlobalRuleRepository:
-        """Inverse of :meth:`to_dict`; ``ValueError`` on a malformed or other-version payload."""
+        """Inverse of :meth:`to_dict`; ``ValueError`` on a malformed or other-version payload.
+
+        A rule entry that is malformed or whose detectors fail
+        :func:`~pfedma_flwr.rules.model.check_detectors` (an older run, an edited file) is
+        quarantined, not loaded, so resuming survives it.
+        """
         if not isinstance(d, dict) or d.get("version") != REPO_VERSION:
             got = d.get("version") if isinstance(d, dict) else type(d).__name__
             raise ValueError(
                 f"global rule repository payload: expected version {REPO_VERSION}, got {got!r}"
             )
         try:
-            repo = cls(
-                embedder=embedder, sim_threshold=float(d["sim_threshold"]), id_prefix=d["id_prefix"]
-            )
+            caps = {str(k): int(v) for k, v in dict(d.get("caps", {})).items()}
+            repo = cls(embedder=embedder, sim_threshold=float(d["sim_threshold"]),
+                       id_prefix=d["id_prefix"], **caps)
             repo._next_id = int(d["next_id"])
             repo._aliases = {str(a): str(b) for a, b in dict(d["aliases"]).items()}
-            rules = [
-                GlobalRule.from_dict(r, f"rules[{k}]") for k, r in enumerate(d["rules"])
-            ]
-        except (KeyError, TypeError) as e:
+            repo._quarantined = {str(a): str(b)[:40]
+                                 for a, b in dict(d.get("quarantined", {})).items()}
+            entries = list(d["rules"])
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"global rule repository payload is malformed: {e!r}") from None
-        if len({r.rule_id for r in rules}) != len(rules):
-            raise ValueError("global rule repository payload has duplicate rule ids")
+        rules: list[GlobalRule] = []
+        for k, entry in enumerate(entries):
+            rid = str(entry.get("rule_id", f"rules[{k}]")) if isinstance(entry, dict) else \
+                f"rules[{k}]"
+            try:
+                rule = GlobalRule.from_dict(entry, f"rules[{k}]")
+                check_detectors(rule.entity_types, rule.patterns)
+            except ValueError as e:
+                logger.warning("checkpoint rule %s quarantined: %s", rid[:40], e)
+                repo._quarantined[rid[:80]] = "invalid"
+                continue
+            if any(r.rule_id == rule.rule_id for r in rules):
+                logger.warning("checkpoint rule %s duplicated: later copy dropped", rid[:40])
+                continue
+            rules.append(rule)
         repo._rules = rules
         if rules:
             repo._emb = np.asarray(embedder.encode([r.text for r in rules]), dtype=np.float32)

@@ -9,7 +9,6 @@ global rule id and three Δ counts) and the candidates made by
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,62 +24,36 @@ from pfedma_flwr.rules.enforcement import (
     find_uncovered,
 )
 from pfedma_flwr.rules.generalize import generalize, is_shareable, rule_from_uncovered
-from pfedma_flwr.rules.model import PrivacyRule, from_global
+from pfedma_flwr.rules.model import PrivacyRule, from_global, load_rule_lenient
+from pfedma_flwr.rules.modes import (
+    AdaptDecision,
+    AdaptReport,
+    RuleMode,
+    local_utility,
+    relevance,
+)
 from pfedma_flwr.rules.pii import PiiRecognizer
+from pfedma_flwr.rules.safety import MatchBudget
 from pfedma_flwr.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
 
 logger = logging.getLogger(__name__)
 
 REPO_VERSION = 1
+#: Redistributed global rules considered per message (the server sends its best first).
+MAX_ADOPTED_GLOBAL = 128
+#: Seconds of pattern matching for all responses of one message (all rules together).
+MESSAGE_MATCH_BUDGET_S = 1.0
 
-
-def local_utility(rel: float, n_trigger: int, n_valid: int, n_conflict: int) -> float:
-    """``Φ_i(ω) = Rel(ω, X_i) + (n_valid − n_conflict) / max(1, n_trigger)`` (DESIGN §3.6)."""
-    return float(rel) + (n_valid - n_conflict) / max(1, n_trigger)
-
-
-def relevance(rule_emb: np.ndarray, experience_embs: np.ndarray) -> float:
-    """``Rel(ω, X_i) = max(0, max_x cos(e(ω), e(x)))``, 0 for an empty buffer (DESIGN §3.6)."""
-    exp = np.asarray(experience_embs, dtype=np.float32)
-    if exp.size == 0:
-        return 0.0
-    return max(0.0, float(np.max(exp.reshape(-1, exp.shape[-1]) @ np.asarray(rule_emb).ravel())))
-
-
-class RuleMode(enum.Enum):
-    """Rule-evolution ablations of the seed (§4.3): which directions of the loop run.
-
-    ``NR`` no rules; ``SR`` static rules (no new, no adoption); ``LE`` local evolution only;
-    ``G2L`` global-to-local adoption (+ local evolution), no uploads; ``L2G`` uploads
-    (+ local evolution), no adoption; ``FULL`` everything.
-    """
-
-    NR = "nr"
-    SR = "sr"
-    LE = "le"
-    G2L = "g2l"
-    L2G = "l2g"
-    FULL = "full"
-
-    @property
-    def enforce(self) -> bool:
-        """Whether rules are applied at all."""
-        return self is not RuleMode.NR
-
-    @property
-    def create_local(self) -> bool:
-        """Whether uncovered constraints create local rules."""
-        return self in (RuleMode.LE, RuleMode.G2L, RuleMode.L2G, RuleMode.FULL)
-
-    @property
-    def upload(self) -> bool:
-        """Whether generalized candidates are uploaded (local-to-global)."""
-        return self in (RuleMode.L2G, RuleMode.FULL)
-
-    @property
-    def adopt(self) -> bool:
-        """Whether redistributed global rules are adapted (global-to-local) and fed back on."""
-        return self in (RuleMode.G2L, RuleMode.FULL)
+__all__ = [
+    "MAX_ADOPTED_GLOBAL",
+    "MESSAGE_MATCH_BUDGET_S",
+    "AdaptDecision",
+    "AdaptReport",
+    "LocalRuleRepository",
+    "RuleMode",
+    "local_utility",
+    "relevance",
+]
 
 
 @dataclass
@@ -92,32 +65,6 @@ class _Entry:
     n_conflict: int = 0
     # counts at the last round_feedback() call; Δ = current − reported (global-origin rules)
     reported: tuple[int, int, int] = (0, 0, 0)
-
-
-@dataclass(frozen=True)
-class AdaptDecision:
-    """How one redistributed global rule was handled (client-local log)."""
-
-    global_id: str
-    counterpart: str | None
-    phi_global: float
-    phi_counterpart: float | None
-    active: bool
-    new: bool
-
-
-@dataclass(frozen=True)
-class AdaptReport:
-    """Result of :meth:`LocalRuleRepository.adapt`; ``skipped`` counts inactive global rules."""
-
-    decisions: tuple[AdaptDecision, ...] = ()
-    skipped: int = 0
-    disabled: bool = False
-
-    @property
-    def adopted(self) -> list[str]:
-        """Global ids active locally after this call."""
-        return [d.global_id for d in self.decisions if d.active]
 
 
 class LocalRuleRepository:
@@ -138,6 +85,8 @@ class LocalRuleRepository:
             raise ValueError(f"mode must be a RuleMode, got {mode!r}")
         self.mode = mode
         self._entries: dict[str, _Entry] = {}
+        self._quarantined: dict[str, str] = {}  # rule id -> reason code
+        self._budget: MatchBudget | None = None
         self._next_id = 0
         for r in rules:
             if not isinstance(r, PrivacyRule):
@@ -175,6 +124,27 @@ class LocalRuleRepository:
             for e in self._entries.values()
             if e.active and (scope is None or e.rule.scope == scope)
         ]
+
+    @property
+    def quarantined(self) -> dict[str, str]:
+        """Rule id -> reason code of every rule taken out of service on this client."""
+        return dict(self._quarantined)
+
+    def quarantine(self, rule_id: str, reason: str) -> None:
+        """Deactivate a rule that failed at run time; adaptation never re-activates it."""
+        self._quarantined[rule_id] = str(reason)[:40]
+        e = self._entries.get(rule_id)
+        if e is not None and e.active:
+            logger.warning("rule %r quarantined (%s)", rule_id, reason)
+            e.active = False
+
+    def begin_message(self, budget_s: float = MESSAGE_MATCH_BUDGET_S) -> MatchBudget:
+        """Start one message's pattern-matching budget, shared by every :meth:`process` call.
+
+        :meth:`adapt` (called once at the start of every message) starts one too.
+        """
+        self._budget = MatchBudget(budget_s)
+        return self._budget
 
     def _insert(self, rule: PrivacyRule, *, active: bool) -> None:
         if rule.rule_id in self._entries:
@@ -241,9 +211,12 @@ class LocalRuleRepository:
         Returns the enforcement result (to upload ``result.response``) and the candidates.
         """
         candidates: list[RuleCandidate] = []
+        if self._budget is None:
+            self.begin_message()
         if self.mode.enforce:
             found = find_uncovered(
-                response, sensitive_items, self.active_rules("response"), recognizer
+                response, sensitive_items, self.active_rules("response"), recognizer,
+                budget=self._budget,
             )
             candidates = self.handle_uncovered(found, action=action)
         result = enforce_response(
@@ -252,7 +225,10 @@ class LocalRuleRepository:
             recognizer,
             answer_extractable=answer_extractable,
             requirement_ok=requirement_ok,
+            budget=self._budget,
         )
+        for rid in result.errors:
+            self.quarantine(rid, "timeout")
         self.record_enforcement(result)
         return result, candidates
 
@@ -300,6 +276,9 @@ class LocalRuleRepository:
     ) -> AdaptReport:
         """Selective global-to-local adaptation (DESIGN §3.6, seed App. F).
 
+        Starts the message's matching budget (:meth:`begin_message`). At most
+        :data:`MAX_ADOPTED_GLOBAL` active global rules are considered, in the given order; one
+        whose detectors fail :func:`~pfedma_flwr.rules.model.check_detectors` is quarantined.
         For each active global rule ``ω_g`` (in the given order): its counterpart is the most
         similar other stored rule of the same scope with cos ≥ ``sim_threshold``. With one,
         ``ω_g`` becomes active iff ``Φ(ω_g) > Φ(ω_l)`` and the counterpart takes the opposite
@@ -309,9 +288,23 @@ class LocalRuleRepository:
         """
         if not -1.0 <= sim_threshold <= 1.0:
             raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
+        self.begin_message()
         if not self.mode.adopt:
             return AdaptReport(disabled=True)
-        todo = [g for g in global_rules if g.active]
+        todo: list[GlobalRule] = []
+        for g in global_rules:
+            if not g.active or f"g:{g.rule_id}" in self._quarantined:
+                continue
+            if len(todo) >= MAX_ADOPTED_GLOBAL:
+                break
+            try:
+                local = from_global(g)
+            except ValueError as e:
+                # A server-sent rule this node cannot run safely: never adopted, logged.
+                logger.warning("global rule %r rejected: %s", g.rule_id[:40], e)
+                self.quarantine(f"g:{g.rule_id}", "invalid")
+                continue
+            todo.append(g)
         skipped = len(global_rules) - len(todo)
         if not todo:
             return AdaptReport(skipped=skipped)
@@ -331,6 +324,7 @@ class LocalRuleRepository:
         sims = emb @ emb.T
         row = {rid: k for k, rid in enumerate(ids)}
         scopes = np.array([self._entries[i].rule.scope for i in ids])
+        usable = np.array([i not in self._quarantined for i in ids], dtype=bool)
 
         def phi(rid: str) -> float:
             e = self._entries[rid]
@@ -341,7 +335,7 @@ class LocalRuleRepository:
             gid = f"g:{g.rule_id}"
             k = row[gid]
             # 1e-6 absorbs float32 rounding of a cosine that is exactly the threshold.
-            cand = (scopes == g.scope) & (sims[k] >= sim_threshold - 1e-6)
+            cand = (scopes == g.scope) & (sims[k] >= sim_threshold - 1e-6) & usable
             cand[k] = False
             phi_g = phi(gid)
             if cand.any():
@@ -366,6 +360,7 @@ class LocalRuleRepository:
             "version": REPO_VERSION,
             "mode": self.mode.value,
             "next_id": self._next_id,
+            "quarantined": dict(self._quarantined),
             "rules": [
                 {
                     "rule": e.rule.to_dict(),
@@ -379,7 +374,11 @@ class LocalRuleRepository:
 
     @classmethod
     def from_dict(cls, d: Any) -> LocalRuleRepository:
-        """Inverse of :meth:`to_dict`; ``ValueError`` on a malformed or other-version payload."""
+        """Inverse of :meth:`to_dict`; ``ValueError`` on a malformed or other-version payload.
+
+        A stored pattern that fails today's check is dropped from its rule
+        (:func:`~pfedma_flwr.rules.model.load_rule_lenient`): its literals keep protecting.
+        """
         if not isinstance(d, dict) or d.get("version") != REPO_VERSION:
             got = d.get("version") if isinstance(d, dict) else type(d).__name__
             raise ValueError(
@@ -388,8 +387,10 @@ class LocalRuleRepository:
         try:
             repo = cls(mode=RuleMode(d["mode"]))
             repo._next_id = int(d["next_id"])
+            repo._quarantined = {str(a): str(b)[:40]
+                                 for a, b in dict(d.get("quarantined", {})).items()}
             for k, item in enumerate(d["rules"]):
-                rule = PrivacyRule.from_dict(item["rule"])
+                rule = load_rule_lenient(item["rule"])
                 counts = tuple(int(x) for x in item["counts"])
                 reported = tuple(int(x) for x in item["reported"])
                 if len(counts) != 3 or len(reported) != 3 or min(*counts, *reported) < 0:

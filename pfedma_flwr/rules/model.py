@@ -1,9 +1,11 @@
 """The privacy rule ``ω`` (DESIGN §4) and its detectors: entity recognizer, regexes, literals.
 
 A rule's detectors find spans in a text; the action (redact, generalize, refuse) is applied by
-:mod:`pfedma_flwr.rules.enforcement`. Patterns are compiled with the ``regex`` module so that
-every match runs under a timeout, and patterns with nested quantifiers are rejected up front:
-a rule must not be able to stall a client on a crafted response (catastrophic backtracking).
+:mod:`pfedma_flwr.rules.enforcement`. Detectors are checked by :func:`check_detectors`:
+patterns must pass :func:`pfedma_flwr.rules.safety.check_pattern` (a safe, bounded regex subset
+that does not fire on ordinary task text), and every match runs under a timeout and the caller's
+:class:`~pfedma_flwr.rules.safety.MatchBudget`: a rule must not be able to stall a node or to
+redact the task itself.
 """
 
 from __future__ import annotations
@@ -17,6 +19,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import regex
 
+from pfedma_flwr.rules.safety import (
+    MATCH_TIMEOUT_S,
+    MAX_PATTERN_CHARS,
+    MAX_PATTERNS_PER_RULE,
+    BudgetExhaustedError,
+    MatchBudget,
+    PatternTimeoutError,
+    UnsafePatternError,
+    check_pattern,
+)
 from pfedma_flwr.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
 
 if TYPE_CHECKING:
@@ -25,15 +37,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RULE_ORIGINS: tuple[str, ...] = ("local", "global")
-MAX_PATTERN_CHARS = 500
-#: Per-match budget; texts are capped by ``Limits.max_text_chars`` so honest patterns finish in µs.
-MATCH_TIMEOUT_S = 0.05
-
-# A quantified group that itself contains a quantifier, e.g. ``(a+)+`` or ``(\w*\s?)*``: the
-# classic exponential-backtracking shape. Conservative (it also rejects some safe patterns).
-_NESTED_QUANTIFIER = re.compile(
-    r"\((?:[^()\\]|\\.)*(?:[+*]|\{\d*,\d*\})(?:[^()\\]|\\.)*\)(?:[+*]|\{\d*,\d*\})"
-)
+#: Entity types per rule; names look like Presidio's (``EMAIL_ADDRESS``).
+MAX_ENTITY_TYPES = 16
+_ENTITY_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,39}")
 _TAG_CHARS = re.compile(r"[^A-Z0-9]+")
 _SPACES = re.compile(r"[\s_]+")
 
@@ -76,10 +82,6 @@ class Span(NamedTuple):
     kind: str
 
 
-class PatternTimeoutError(ValueError):
-    """A rule's regex ran past :data:`MATCH_TIMEOUT_S` on a text."""
-
-
 def normalize_category(category: str) -> str:
     """Canonical category: lower case, ``_`` → space, single spaces."""
     return _SPACES.sub(" ", category.strip().lower()).strip() or DEFAULT_CATEGORY
@@ -101,22 +103,26 @@ def placeholder_kind(rule: PrivacyRule) -> str:
     return category_tag(cat if cat in SHARED_CATEGORIES else DEFAULT_CATEGORY)
 
 
-@functools.lru_cache(maxsize=4096)
+def check_detectors(entity_types: Sequence[str], patterns: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the first unusable shared detector (count, name or pattern).
+
+    The check every rule passes where it enters a node (candidates on the server, global rules
+    on a client, rules read back from a checkpoint or state file).
+    """
+    if len(entity_types) > MAX_ENTITY_TYPES:
+        raise ValueError(f"{len(entity_types)} entity types exceed {MAX_ENTITY_TYPES}")
+    for e in entity_types:
+        if not isinstance(e, str) or not _ENTITY_NAME.fullmatch(e):
+            raise ValueError(f"entity type {str(e)[:40]!r} is not an upper-snake entity name")
+    if len(patterns) > MAX_PATTERNS_PER_RULE:
+        raise ValueError(f"{len(patterns)} patterns exceed {MAX_PATTERNS_PER_RULE}")
+    for p in patterns:
+        check_pattern(p)
+
+
 def compile_pattern(pattern: str) -> regex.Pattern[str]:
-    """Compile a rule pattern, rejecting invalid or backtracking-prone ones with ``ValueError``."""
-    if not pattern:
-        raise ValueError("rule pattern must not be empty")
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise ValueError(f"rule pattern of {len(pattern)} chars exceeds {MAX_PATTERN_CHARS}")
-    if _NESTED_QUANTIFIER.search(pattern):
-        raise ValueError(
-            f"rule pattern {pattern!r} nests quantifiers (catastrophic backtracking risk); "
-            "rewrite it without a quantified group that contains a quantifier"
-        )
-    try:
-        return regex.compile(pattern, regex.VERSION0)
-    except regex.error as e:
-        raise ValueError(f"invalid rule pattern {pattern!r}: {e}") from e
+    """A pattern's compiled bounded rewrite; ``UnsafePatternError`` (a ``ValueError``) if unsafe."""
+    return check_pattern(pattern).compiled
 
 
 @functools.lru_cache(maxsize=4096)
@@ -153,7 +159,8 @@ class PrivacyRule:
     entity_types : tuple of str
         PII recognizer entity types (Presidio names, e.g. ``"EMAIL_ADDRESS"``).
     patterns : tuple of str
-        Regexes; invalid or nested-quantifier patterns raise ``ValueError``.
+        Regexes in the safe subset of :mod:`pfedma_flwr.rules.safety`; others raise
+        ``ValueError``.
     literals : tuple of str
         Case-insensitive literal strings; client-only.
     origin : {"local", "global"}
@@ -192,11 +199,10 @@ class PrivacyRule:
                 raise ValueError(f"rule {self.rule_id!r}: {name} must be a tuple of non-empty str")
         if self.origin == "global" and self.literals:
             raise ValueError(f"rule {self.rule_id!r}: a global rule cannot hold literals")
-        for p in self.patterns:
-            try:
-                compile_pattern(p)
-            except ValueError as e:
-                raise ValueError(f"rule {self.rule_id!r} rejected: {e}") from None
+        try:
+            check_detectors(self.entity_types, self.patterns)
+        except ValueError as e:
+            raise ValueError(f"rule {self.rule_id!r} rejected: {e}") from None
 
     @property
     def has_detector(self) -> bool:
@@ -250,6 +256,30 @@ class PrivacyRule:
             raise ValueError(f"PrivacyRule payload misses field {e.args[0]!r}") from None
 
 
+def load_rule_lenient(payload: Any) -> PrivacyRule:
+    """:meth:`PrivacyRule.from_dict`, dropping stored patterns that fail today's check.
+
+    A client's stored rule may predate the current pattern check; its literals and entity types
+    must keep protecting, so only the unusable patterns go (logged).
+    """
+    try:
+        return PrivacyRule.from_dict(payload)
+    except ValueError:
+        if not isinstance(payload, dict) or not isinstance(payload.get("patterns"), list):
+            raise
+    kept = []
+    for p in payload["patterns"]:
+        try:
+            check_pattern(p)
+        except ValueError:
+            continue
+        kept.append(p)
+    rule = PrivacyRule.from_dict({**payload, "patterns": kept})
+    logger.warning("stored rule %r: %d unusable pattern(s) dropped", rule.rule_id,
+                   len(payload["patterns"]) - len(kept))
+    return rule
+
+
 def from_global(g: GlobalRule) -> PrivacyRule:
     """The local form of a redistributed global rule (origin ``"global"``, keyed ``g:<id>``)."""
     return PrivacyRule(
@@ -271,6 +301,7 @@ def find_spans(
     recognizer: PiiRecognizer | None,
     *,
     pii_spans: Sequence[PiiSpan] | None = None,
+    budget: MatchBudget | None = None,
 ) -> list[Span]:
     """Spans of ``text`` matched by ``rule``'s detectors, sorted and de-duplicated (DESIGN §4).
 
@@ -286,6 +317,9 @@ def find_spans(
     pii_spans : sequence of PiiSpan, optional
         Precomputed recognizer output for ``text`` (lets a caller run the recognizer once for
         many rules); filtered to the rule's entity types.
+    budget : MatchBudget, optional
+        Shared deadline of the caller's message; each pattern match runs with the smaller of
+        :data:`MATCH_TIMEOUT_S` and what is left of it.
 
     Returns
     -------
@@ -296,7 +330,9 @@ def find_spans(
     Raises
     ------
     PatternTimeoutError
-        A pattern ran past :data:`MATCH_TIMEOUT_S`.
+        A pattern ran past :data:`MATCH_TIMEOUT_S` (the rule is at fault).
+    BudgetExhaustedError
+        The message's budget ran out before or during this rule's patterns.
     """
     if not text:
         return []
@@ -312,16 +348,38 @@ def find_spans(
         )
     tag = placeholder_kind(rule)
     for p in rule.patterns:
+        timeout = budget.timeout() if budget is not None else MATCH_TIMEOUT_S
         try:
             found.update(
                 Span(m.start(), m.end(), tag)
-                for m in compile_pattern(p).finditer(text, timeout=MATCH_TIMEOUT_S)
+                for m in compile_pattern(p).finditer(text, timeout=timeout)
                 if m.end() > m.start()
             )
         except TimeoutError:
+            if timeout < MATCH_TIMEOUT_S:
+                # Cut short by the message's deadline, not by its own cost.
+                raise BudgetExhaustedError(
+                    f"rule {rule.rule_id!r}: message matching budget exhausted") from None
             raise PatternTimeoutError(
                 f"rule {rule.rule_id!r}: pattern timed out after {MATCH_TIMEOUT_S}s"
             ) from None
     for lit in rule.literals:
         found.update(Span(m.start(), m.end(), tag) for m in literal_regex(lit).finditer(text))
     return sorted(found)
+
+
+__all__ = [
+    "MATCH_TIMEOUT_S",
+    "MAX_PATTERN_CHARS",
+    "BudgetExhaustedError",
+    "PatternTimeoutError",
+    "PrivacyRule",
+    "Span",
+    "UnsafePatternError",
+    "check_detectors",
+    "compile_pattern",
+    "find_spans",
+    "from_global",
+    "literal_regex",
+    "load_rule_lenient",
+]

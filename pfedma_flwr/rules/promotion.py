@@ -13,10 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.rules.model import check_detectors
 from pfedma_flwr.schema import RuleCandidate
 
 #: Absorbs float32 rounding, so a pair whose cosine is exactly the threshold counts as similar.
 SIM_EPS = 1e-6
+#: Distinct candidates one client may add to one round's pool (measured attack: 256 each).
+MAX_CANDIDATES_PER_CLIENT = 8
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,21 @@ class CandidatePool:
     """The unordered candidate pool ``B^t`` (no client ids) with its embedding matrix.
 
     ``embeddings[k]`` is ``e(candidates[k].text)``, kept so the server never re-encodes it.
-    ``n_dropped`` counts candidates removed by the distinct-client check.
+    ``n_dropped`` counts candidates removed by the distinct-client check, ``n_capped`` those
+    beyond a client's per-round cap. ``owners[k]`` is an anonymous contributor index (the same
+    for candidates of one client; no client id) for the per-client promotion cap, and
+    ``problems[k]`` is ``""`` for a usable candidate or why its detectors cannot run anywhere
+    (:func:`~pfedma_flwr.rules.model.check_detectors`): such a candidate still counts in
+    ``|B^t|`` (support is over texts) but is never promoted.
     """
 
     candidates: tuple[RuleCandidate, ...]
     embeddings: np.ndarray
     n_contributors: int = 0
     n_dropped: int = 0
+    owners: tuple[int, ...] = ()
+    problems: tuple[str, ...] = ()
+    n_capped: int = 0
 
     def __post_init__(self) -> None:
         if self.embeddings.ndim != 2 or self.embeddings.shape[0] != len(self.candidates):
@@ -57,6 +68,15 @@ class CandidatePool:
                 f"pool embeddings {self.embeddings.shape} do not match "
                 f"{len(self.candidates)} candidates"
             )
+        n = len(self.candidates)
+        # Pools built by hand (tests, plug-ins): each candidate its own contributor, all checked.
+        if not self.owners:
+            object.__setattr__(self, "owners", tuple(range(n)))
+        if not self.problems:
+            object.__setattr__(self, "problems", tuple(candidate_problem(c)
+                                                       for c in self.candidates))
+        if len(self.owners) != n or len(self.problems) != n:
+            raise ValueError("pool owners/problems must have one entry per candidate")
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -74,16 +94,19 @@ def build_candidate_pool(
     *,
     sim_threshold: float = 0.9,
     rng: np.random.Generator,
+    max_per_client: int = MAX_CANDIDATES_PER_CLIENT,
 ) -> CandidatePool:
     """``B^t``: retained clients' candidates, ≤ 1 per client per semantic cluster, ids stripped.
 
     Implements DESIGN §3.1 / seed App. F. Clients are visited in sorted order and each keeps,
     in upload order, a candidate only if it is below ``sim_threshold`` to every candidate it
-    already kept. All candidates are encoded in one call; the pool is then permuted with
-    ``rng``.
+    already kept, and at most ``max_per_client`` of them (one client cannot flood the pool).
+    All candidates are encoded in one call; the pool is then permuted with ``rng``.
     """
     if not -1.0 <= sim_threshold <= 1.0:
         raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
+    if max_per_client < 1:
+        raise ValueError(f"max_per_client must be >= 1, got {max_per_client}")
     clients = sorted(c for c in candidates_by_client if c in retained)
     flat: list[RuleCandidate] = []
     owner: list[int] = []
@@ -99,10 +122,14 @@ def build_candidate_pool(
     sims = emb @ emb.T
     owners = np.asarray(owner)
     keep: list[int] = []
+    n_capped = 0
     for k in range(len(clients)):
         kept: list[int] = []
         for i in np.flatnonzero(owners == k):
             if not kept or sims[i, kept].max() < sim_threshold - SIM_EPS:
+                if len(kept) >= max_per_client:
+                    n_capped += 1
+                    continue
                 kept.append(int(i))
         keep.extend(kept)
     order = np.asarray(keep)[rng.permutation(len(keep))]
@@ -110,8 +137,20 @@ def build_candidate_pool(
         candidates=tuple(flat[i] for i in order),
         embeddings=emb[order],
         n_contributors=len({owner[i] for i in keep}),
-        n_dropped=len(flat) - len(keep),
+        n_dropped=len(flat) - len(keep) - n_capped,
+        owners=tuple(owner[i] for i in order),
+        problems=tuple(candidate_problem(flat[i]) for i in order),
+        n_capped=n_capped,
     )
+
+
+def candidate_problem(candidate: RuleCandidate) -> str:
+    """``""`` if a candidate's detectors can run on every node, else the reason (short)."""
+    try:
+        check_detectors(candidate.entity_types, candidate.patterns)
+    except ValueError as e:
+        return str(e)[:200]
+    return ""
 
 
 def _support_from_sims(sims: np.ndarray, threshold: float) -> np.ndarray:

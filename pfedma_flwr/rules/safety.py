@@ -1,0 +1,377 @@
+r"""Rule patterns a hostile party may write: a safe regex subset, a breadth probe, a time budget.
+
+Rule patterns enter from outside the node that runs them: candidates from any client reach the
+server's ``P_in``, and global rules reach every client's ``P_resp``. Each one is parsed here with
+a small grammar before it is compiled (:func:`check_pattern`), so that what runs is bounded:
+
+- **Subset.** Literals, escapes (``\d \w \s \D \W \S``, escaped punctuation, ``\t \n \r``), ``.``,
+  character classes, anchors (``^ $ \b \B \A \Z``), groups ``(...)`` / ``(?:...)`` with ``|``,
+  and a leading ``(?i)``. No backreferences, lookarounds, lazy/possessive quantifiers or other
+  inline flags.
+- **Bounded repetition.** Only single-character atoms repeat; a group takes at most ``?`` (a
+  quantified group is the shape behind ``(a+)+`` and ``(\w|\s)+\d``). ``+``, ``*`` and ``{m,}``
+  match at most :data:`MAX_REPEAT` more characters (the pattern is rewritten so), ``{m,n}``
+  needs ``n <= MAX_EXPLICIT_REPEAT``.
+- **Bounded backtracking.** A variable repeat whose characters can also start what follows it
+  (``\w+\d``: a ``\d`` is a ``\w``) can be re-split at every length; the product of such repeat
+  widths, alternation branches and optional groups (an upper bound on the ways one start
+  position can be tried) must stay at or below :data:`MAX_PATHS`.
+- **Not too broad.** A pattern that can match the empty string, or that matches anything in
+  :data:`PROBE_TEXT` (ordinary English, word problems, a clinical vignette, option lines, drug
+  names, plain numbers, whitespace-free tokens), would redact task content; it is rejected.
+
+What remains runs under :class:`MatchBudget`: a per-match timeout and one deadline for all
+patterns of a message, so a pattern that is slow anyway costs a bounded, reported amount of time.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+import regex
+
+MAX_PATTERN_CHARS = 500
+MAX_PATTERNS_PER_RULE = 8
+#: ``+`` / ``*`` / ``{m,}`` are matched as ``{1,64}`` / ``{0,64}`` / ``{m,m+64}``.
+MAX_REPEAT = 64
+MAX_EXPLICIT_REPEAT = 255
+#: Upper bound on the ways the engine can try one start position (see module docstring).
+MAX_PATHS = 256
+#: Per-match budget; texts are capped by ``Limits.max_text_chars`` so honest patterns finish in µs.
+MATCH_TIMEOUT_S = 0.05
+
+#: Ordinary task text that no privacy pattern may touch (what P_in and P_resp must preserve).
+PROBE_TEXT = (
+    "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes "
+    "muffins for her friends every day with four. She sells the remainder at the farmers' market "
+    "daily for $2 per fresh duck egg. How much in dollars does she make every day?\n"
+    "A shop sold 1,250 shirts at 12.50 each with a 15% discount; 3/4 of 120 is 90, 2 + 3 = 5, "
+    "x^2 - 4x + 4 = 0 and 0.5 * 8 = 4. The train left at 10:30 and arrived 2 hours later.\n"
+    "A 45-year-old man comes to the emergency department because of chest pain for 3 days. His "
+    "temperature is 38.5°C (101.3°F), pulse is 110/min, and blood pressure is 90/60 mm Hg. He "
+    "takes lisinopril 10 mg and metformin. HbA1c is 7.2%, CD4+ count 350/mm3, COVID-19 negative. "
+    "Which of the following is the most likely diagnosis, e.g. in the U.S. of well-being?\n"
+    "A. Midodrine\nB. Rivastigmine\nC. Mirtazapine\nD) Acute myocardial infarction\n"
+    "E) Pulmonary embolism\n(F) None of the above\n"
+    "Self-explanatory state-of-the-art non-steroidal anti-inflammatory drugs (NSAIDs) are "
+    "common. Über naïve café résumé — “quoted” text… 中文 ٣ Ωmega."
+)
+
+_CLASS_ESCAPES = frozenset("dDwWsS")
+_ANCHOR_ESCAPES = frozenset("bBAZ")
+_CONTROL_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v"}
+_META = frozenset("\\.^$|?*+()[]{}")
+#: Alphabet over which character sets are compared (ASCII plus representative non-ASCII).
+_ALPHABET = tuple(chr(c) for c in range(9, 127)) + tuple("éßÜΩ中٣\u00a0’“—…")
+
+
+class UnsafePatternError(ValueError):
+    """A rule pattern outside the safe subset; ``code`` is a fixed reason code."""
+
+    def __init__(self, code: str, pattern: str, detail: str) -> None:
+        excerpt = pattern if len(pattern) <= 60 else pattern[:57] + "..."
+        super().__init__(f"invalid rule pattern {excerpt!r} ({code}): {detail}")
+        self.code = code
+
+
+class PatternTimeoutError(ValueError):
+    """A rule's pattern ran past its own per-match timeout (:data:`MATCH_TIMEOUT_S`)."""
+
+
+class BudgetExhaustedError(PatternTimeoutError):
+    """The message's matching budget ran out; the rule was not (fully) evaluated."""
+
+
+@dataclass
+class MatchBudget:
+    """One deadline for all pattern matching of a message (all rules, all fields together).
+
+    Parameters
+    ----------
+    seconds : float
+        Total wall-clock seconds that pattern matching may use from construction on.
+    """
+
+    seconds: float
+    _deadline: float = field(init=False)
+    spent_out: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"MatchBudget.seconds must be > 0, got {self.seconds}")
+        self._deadline = time.perf_counter() + self.seconds
+
+    def remaining(self) -> float:
+        """Seconds left (may be negative)."""
+        return self._deadline - time.perf_counter()
+
+    def timeout(self) -> float:
+        """The timeout for the next match: the per-match cap or what is left, if less.
+
+        Raises :class:`BudgetExhaustedError` when nothing is left.
+        """
+        left = self.remaining()
+        if left <= 0:
+            self.spent_out = True
+            raise BudgetExhaustedError("message pattern-matching budget exhausted")
+        return min(MATCH_TIMEOUT_S, left)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+@dataclass
+class _Node:
+    kind: str  # "char" | "anchor" | "group"
+    src: str
+    chars: frozenset[str] = frozenset()
+    branches: list[list[_Node]] = field(default_factory=list)
+    lo: int = 1
+    hi: int = 1
+
+    def first(self) -> frozenset[str]:
+        if self.kind == "char":
+            return self.chars
+        if self.kind == "group":
+            return frozenset().union(*(_seq_first(b) for b in self.branches))
+        return frozenset()
+
+    def nullable(self) -> bool:
+        if self.lo == 0 or self.kind == "anchor":
+            return True
+        return self.kind == "group" and any(_seq_nullable(b) for b in self.branches)
+
+
+def _seq_first(seq: list[_Node]) -> frozenset[str]:
+    out: frozenset[str] = frozenset()
+    for n in seq:
+        out |= n.first()
+        if not n.nullable():
+            break
+    return out
+
+
+def _seq_nullable(seq: list[_Node]) -> bool:
+    return all(n.nullable() for n in seq)
+
+
+class _Parser:
+    def __init__(self, pattern: str, flags: int) -> None:
+        self.p, self.i, self.flags = pattern, 0, flags
+
+    def fail(self, code: str, detail: str) -> UnsafePatternError:
+        return UnsafePatternError(code, self.p, f"{detail} (at offset {self.i})")
+
+    def peek(self) -> str:
+        return self.p[self.i] if self.i < len(self.p) else ""
+
+    def charset(self, src: str) -> frozenset[str]:
+        return _chars_of(src, self.flags)
+
+    def alternation(self, depth: int) -> list[list[_Node]]:
+        branches = [self.sequence(depth)]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.sequence(depth))
+        return branches
+
+    def sequence(self, depth: int) -> list[_Node]:
+        seq: list[_Node] = []
+        while self.peek() not in ("", "|", ")"):
+            node = self.atom(depth)
+            self.quantifier(node)
+            seq.append(node)
+        return seq
+
+    def atom(self, depth: int) -> _Node:
+        c = self.peek()
+        if c == "(":
+            return self.group(depth)
+        if c == "[":
+            return self.char_class()
+        if c == "\\":
+            return self.escape()
+        if c in "^$":
+            self.i += 1
+            return _Node("anchor", c)
+        if c in "?*+{":
+            raise self.fail("syntax", f"quantifier {c!r} with nothing to repeat")
+        if c == "]" or c == "}":
+            raise self.fail("syntax", f"unbalanced {c!r} (escape it)")
+        self.i += 1
+        src = "." if c == "." else regex.escape(c)
+        return _Node("char", src, self.charset(src))
+
+    def group(self, depth: int) -> _Node:
+        if depth >= 4:
+            raise self.fail("unsupported", "groups nest deeper than 4")
+        start = self.i
+        self.i += 1
+        head = "("
+        if self.p.startswith("?:", self.i):
+            self.i += 2
+            head = "(?:"
+        elif self.peek() == "?":
+            raise self.fail("unsupported", "only (...) and (?:...) groups are allowed "
+                            "(no lookaround, named, atomic or flag groups)")
+        branches = self.alternation(depth + 1)
+        if self.peek() != ")":
+            self.i = start
+            raise self.fail("syntax", "missing ')'")
+        self.i += 1
+        src = head + "|".join("".join(_render(n) for n in b) for b in branches) + ")"
+        return _Node("group", src, branches=branches)
+
+    def escape(self) -> _Node:
+        self.i += 1
+        c = self.peek()
+        if not c:
+            raise self.fail("syntax", "pattern ends with a backslash")
+        self.i += 1
+        if c in _CLASS_ESCAPES:
+            return _Node("char", "\\" + c, self.charset("\\" + c))
+        if c in _ANCHOR_ESCAPES:
+            return _Node("anchor", "\\" + c)
+        if c in _CONTROL_ESCAPES:
+            return _Node("char", "\\" + c, frozenset(_CONTROL_ESCAPES[c]))
+        if c.isalnum() or c == "_":
+            raise self.fail("unsupported", f"escape \\{c} (backreferences, \\p, \\x, \\N ... "
+                            "are outside the safe subset)")
+        src = regex.escape(c)
+        return _Node("char", src, self.charset(src))
+
+    def char_class(self) -> _Node:
+        start = self.i
+        self.i += 1
+        if self.peek() == "^":
+            self.i += 1
+        if self.peek() == "]":
+            raise self.fail("syntax", "empty or ']'-first class (write \\])")
+        while self.peek() != "]":
+            c = self.peek()
+            if not c:
+                self.i = start
+                raise self.fail("syntax", "missing ']'")
+            if c == "[":
+                raise self.fail("unsupported", "'[' inside a class (write \\[)")
+            if c == "\\":
+                e = self.p[self.i + 1 : self.i + 2]
+                if not e or (e.isalnum() and e not in _CLASS_ESCAPES and e not in _CONTROL_ESCAPES):
+                    raise self.fail("unsupported", f"escape \\{e} in a class")
+                self.i += 2
+            else:
+                self.i += 1
+        self.i += 1
+        src = self.p[start : self.i]
+        return _Node("char", src, self.charset(src))
+
+    def quantifier(self, node: _Node) -> None:
+        c = self.peek()
+        if c not in ("?", "*", "+", "{"):
+            return
+        if node.kind == "anchor":
+            raise self.fail("syntax", "an anchor cannot be repeated")
+        if c == "{":
+            m = regex.match(r"\{(\d{1,4})(?:(,)(\d{0,4}))?\}", self.p[self.i :])
+            if m is None:
+                raise self.fail("syntax", "malformed {m,n} repeat")
+            self.i += m.end()
+            lo = int(m.group(1))
+            hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else lo + MAX_REPEAT)
+        else:
+            self.i += 1
+            lo, hi = {"?": (0, 1), "*": (0, MAX_REPEAT), "+": (1, MAX_REPEAT)}[c]
+        if self.peek() in ("?", "+"):
+            raise self.fail("unsupported", "lazy or possessive quantifiers")
+        if lo > hi or hi > MAX_EXPLICIT_REPEAT:
+            raise self.fail("repeat_too_large",
+                            f"repeat {{{lo},{hi}}} (needs m <= n <= {MAX_EXPLICIT_REPEAT})")
+        if node.kind == "group" and (lo, hi) not in ((0, 1), (1, 1)):
+            raise self.fail("quantified_group",
+                            "a repeated group nests quantifiers (catastrophic backtracking "
+                            "risk); only '?' may follow a group: repeat single characters")
+        node.lo, node.hi = lo, hi
+
+
+def _render(n: _Node) -> str:
+    if (n.lo, n.hi) == (1, 1):
+        return n.src
+    if (n.lo, n.hi) == (0, 1):
+        return n.src + "?"
+    return n.src + (f"{{{n.lo}}}" if n.lo == n.hi else f"{{{n.lo},{n.hi}}}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _chars_of(src: str, flags: int) -> frozenset[str]:
+    compiled = regex.compile(src, flags | regex.VERSION0)
+    return frozenset(c for c in _ALPHABET if compiled.fullmatch(c))
+
+
+def _paths(seq: list[_Node], follow: frozenset[str]) -> int:
+    """Upper bound on the ways a start position can be tried (see the module docstring)."""
+    total = 1
+    for k, n in enumerate(seq):
+        after = _seq_first(seq[k + 1 :])
+        if _seq_nullable(seq[k + 1 :]):
+            after |= follow
+        if n.kind == "char" and n.hi > n.lo and n.chars & after:
+            total *= n.hi - n.lo + 1
+        elif n.kind == "group":
+            total *= len(n.branches) * (2 if n.lo == 0 else 1)
+            for b in n.branches:
+                total *= _paths(b, after)
+        if total > MAX_PATHS:
+            return total
+    return total
+
+
+@dataclass(frozen=True)
+class CheckedPattern:
+    """A pattern that passed :func:`check_pattern`: its bounded rewrite, compiled."""
+
+    source: str
+    compiled: regex.Pattern[str]
+
+
+@functools.lru_cache(maxsize=4096)
+def check_pattern(pattern: str) -> CheckedPattern:
+    """Parse, bound and probe a rule pattern; raise :class:`UnsafePatternError` with a code.
+
+    Codes: ``empty``, ``too_long``, ``syntax``, ``unsupported``, ``quantified_group``,
+    ``repeat_too_large``, ``ambiguous``, ``matches_empty``, ``too_broad``, ``slow``.
+    """
+    if not isinstance(pattern, str) or not pattern:
+        raise UnsafePatternError("empty", str(pattern), "rule pattern must not be empty")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise UnsafePatternError("too_long", pattern,
+                                 f"{len(pattern)} chars exceeds {MAX_PATTERN_CHARS}")
+    flags, body = 0, pattern
+    if pattern.startswith("(?i)"):
+        flags, body = regex.IGNORECASE, pattern[4:]
+    parser = _Parser(body, flags)
+    branches = parser.alternation(0)
+    if parser.i != len(body):
+        raise parser.fail("syntax", "unbalanced ')'")
+    root = _Node("group", "", branches=branches)
+    if _paths([root], frozenset()) > MAX_PATHS:
+        raise UnsafePatternError(
+            "ambiguous", pattern,
+            f"repeats that can also match what follows them, alternations and optional groups "
+            f"allow more than {MAX_PATHS} ways to try one position (backtracking risk); make "
+            "adjacent repeats use disjoint characters")
+    if root.nullable():
+        raise UnsafePatternError("matches_empty", pattern, "the pattern can match empty text")
+    source = "|".join("".join(_render(n) for n in b) for b in branches)
+    compiled = regex.compile(source, flags | regex.VERSION0)
+    try:
+        hit = compiled.search(PROBE_TEXT, timeout=MATCH_TIMEOUT_S)
+    except TimeoutError:
+        raise UnsafePatternError("slow", pattern, "timed out on ordinary text") from None
+    if hit is not None:
+        raise UnsafePatternError(
+            "too_broad", pattern,
+            f"matches ordinary task text ({hit.group(0)[:30]!r}); a privacy pattern must not "
+            "fire on plain words, numbers, option lines or drug names")
+    return CheckedPattern(source=source, compiled=compiled)
