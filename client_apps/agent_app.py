@@ -6,6 +6,10 @@ so it survives a SuperNode restart and later runs, and every outgoing message is
 ``<state-dir>/audit-<client>.jsonl`` (``<client>``: the node's ``client-id``, else
 ``p<partition-id>``) (:mod:`pfedma_flwr.audit`). Without one, only
 ``context.state`` is used and the audit keeps counters there.
+
+Security settings are the node's (:mod:`pfedma_flwr.node_security`): backend, endpoint, key
+variable, data dir and minimum rule mode come from the node config, and ``module:attr`` code
+named by the run config is imported only where the node config sets ``allow-plugins=true``.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from pfedma_flwr.agents.backends import BackendUnavailableError
 from pfedma_flwr.audit import add_to_counters, append_record, summarize_payload
 from pfedma_flwr.client_agent import AgentState, ClientAgent
-from pfedma_flwr.client_components import build_agent, node_identity
+from pfedma_flwr.client_components import build_agent, node_identity, node_policy
 from pfedma_flwr.persistence import StateStore, validate_key
 from pfedma_flwr.protocol import (
     JSON_FIELD,
@@ -30,6 +35,7 @@ from pfedma_flwr.protocol import (
     encode_description,
     encode_reply,
 )
+from pfedma_flwr.registry import plugin_imports
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -115,8 +121,13 @@ def audit(context: Context, message_type: str, content: RecordDict) -> None:
 @app.query("describe")
 def describe(msg: Message, context: Context) -> Message:
     """Announce this node's public profile."""
-    agent = build_agent(dict(context.run_config), dict(context.node_config))
-    content = encode_description(agent.describe())
+    with plugin_imports(node_policy(dict(context.node_config)).allow_plugins):
+        agent = build_agent(dict(context.run_config), dict(context.node_config))
+        content = encode_description(agent.describe())
+    try:  # a dead endpoint or missing model fails the handshake, not every later query
+        agent.backend.health_check()
+    except BackendUnavailableError as e:
+        raise RuntimeError(f"client {_client_suffix(dict(context.node_config))}: {e}") from e
     audit(context, msg.metadata.message_type, content)
     return Message(content, reply_to=msg)
 
@@ -124,10 +135,11 @@ def describe(msg: Message, context: Context) -> Message:
 @app.query("respond")
 def respond(msg: Message, context: Context) -> Message:
     """Answer the routed queries with privacy-processed responses, candidates and feedback."""
-    agent = build_agent(dict(context.run_config), dict(context.node_config))
-    instruction = decode_instruction(msg.content, agent.limits)
-    state = load_state(context, agent)
-    reply = agent.respond(instruction, state)
+    with plugin_imports(node_policy(dict(context.node_config)).allow_plugins):
+        agent = build_agent(dict(context.run_config), dict(context.node_config))
+        instruction = decode_instruction(msg.content, agent.limits)
+        state = load_state(context, agent)
+        reply = agent.respond(instruction, state)
     save_state(context, state)
     content = encode_reply(reply)
     audit(context, msg.metadata.message_type, content)

@@ -9,6 +9,7 @@
 # --host superlink.lab.example). Copy ONLY ca.crt to the SuperNode / CLI machines; ca.key and
 # server.key stay on the SuperLink machine (or, better, ca.key offline).
 # Same layout as Flower's "Enable TLS connections" guide (ca.crt / server.pem / server.key).
+# ca.key and server.key are mode 0600 (also when --force replaces files that had another mode).
 set -euo pipefail
 
 out="$(dirname "$0")/certs"
@@ -33,6 +34,10 @@ if [[ -e "$out/ca.crt" && $force -eq 0 ]]; then
   exit 1
 fi
 umask 077  # private keys readable by the owner only
+if [[ $force -eq 1 ]]; then
+  # Writing over an existing file keeps its old mode (umask applies only on create).
+  rm -f -- "$out/ca.crt" "$out/ca.key" "$out/server.pem" "$out/server.key" "$out/server.csr"
+fi
 
 # subjectAltName: IPv4/IPv6 literals as IP:, everything else as DNS: (deduplicated).
 san=""
@@ -65,6 +70,7 @@ EXT
 openssl x509 -req -in "$out/server.csr" -CA "$out/ca.crt" -CAkey "$out/ca.key" \
   -CAcreateserial -days "$days" -sha384 -extfile "$ext" -out "$out/server.pem" 2>/dev/null
 rm -f "$out/server.csr" "$out/ca.srl"
+chmod 600 "$out/ca.key" "$out/server.key"
 chmod 644 "$out/ca.crt" "$out/server.pem"
 openssl verify -CAfile "$out/ca.crt" "$out/server.pem" >/dev/null
 echo "make_certs.sh: wrote $out/{ca.crt,ca.key,server.pem,server.key} for $san"

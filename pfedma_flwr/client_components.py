@@ -1,4 +1,9 @@
-"""Build a client's agent from the run config and its node config (cached per process)."""
+"""Build a client's agent from the run config and its node config (cached per process).
+
+The node config's security settings win over the run config's
+(:class:`~pfedma_flwr.node_security.NodePolicy`): backend, endpoint, key variable, data dir,
+minimum rule mode, and whether run-config plug-ins (``module:attr``) may be imported at all.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ from pfedma_flwr.data.partition import partition_tasks
 from pfedma_flwr.data.profiles import AgentProfile, profile_for_client
 from pfedma_flwr.data.split import dev_pool
 from pfedma_flwr.embeddings import get_embedder
+from pfedma_flwr.node_security import NodePolicy, check_config_name
+from pfedma_flwr.registry import plugin_imports
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.server_components import make_configured_backend
 
@@ -55,8 +62,20 @@ def profile_backend(agent: AgentConfig, profile: AgentProfile
     return profile, section
 
 
+def node_policy(node_config: dict[str, Any]) -> NodePolicy:
+    """The security policy of a node, from its node config (see ``node_security``)."""
+    return NodePolicy.from_node_config(node_config)
+
+
 def build_agent(run_config: dict[str, Any], node_config: dict[str, Any]) -> ClientAgent:
-    """The agent of this node; one per (run config, node config) per process."""
+    """The agent of this node; one per (run config, node config) per process.
+
+    Raises
+    ------
+    pfedma_flwr.config.ConfigError
+        (or its subclass ``NodePolicyError``) when the run config is invalid or asks for what
+        the node does not allow: plug-in code, interpolation, a config file outside ``conf/``.
+    """
     key = (json.dumps(run_config, sort_keys=True, default=str),
            json.dumps(node_config, sort_keys=True, default=str))
     return _build_agent(*key)
@@ -64,21 +83,29 @@ def build_agent(run_config: dict[str, Any], node_config: dict[str, Any]) -> Clie
 
 @functools.cache
 def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
-    cfg: PFedMAConfig = load_config(json.loads(run_config_json))
-    node = json.loads(node_config_json)
+    run_config, node = json.loads(run_config_json), json.loads(node_config_json)
+    policy = node_policy(node)
+    check_config_name(run_config, policy)
+    with plugin_imports(policy.allow_plugins):
+        return _assemble(load_config(run_config), node, policy)
+
+
+def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> ClientAgent:
     pid, n = node_identity(node)
     a, d = cfg.agent, cfg.data
-    data_dir = str(node.get("data-dir", "")) or d.data_dir or None
+    data_dir = policy.data_dir_for(d.data_dir) or None
     pool = dev_pool(d.benchmarks, dev_pool_per_benchmark=d.dev_pool_per_benchmark,
                     seed=cfg.seed, data_dir=data_dir)
     private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=cfg.seed)
     names = [str(node["profile"])] if node.get("profile") else a.profiles or None
-    profile, backend = profile_backend(
+    profile, section = profile_backend(
         a, profile_for_client(0 if node.get("profile") else pid, names))
+    where = "agent.backend" if section is a.backend else f"agent.backbones.{profile.backbone}"
+    backend = policy.backend_section(section, where=where)
     return ClientAgent(
         profile=profile, backend=make_configured_backend(backend),
         private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
-        recognizer=get_recognizer(cfg.rules.pii), rule_mode=cfg.rules.mode,
+        recognizer=get_recognizer(cfg.rules.pii), rule_mode=policy.rule_mode(cfg.rules.mode),
         few_shot=a.few_shot, few_shot_scope=a.few_shot_scope, experience_size=a.experience_size,
         max_tokens=backend.max_tokens, temperature=backend.temperature,
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
@@ -86,6 +113,8 @@ def _build_agent(run_config_json: str, node_config_json: str) -> ClientAgent:
         client_key=str(node.get("client-id", "")) or f"partition-{pid}",
         adversary=Adversary.from_config(cfg.adversary, partition_id=pid, num_clients=n,
                                         data_dir=data_dir or ""),
+        response_format=a.response_format, seed=cfg.seed * 1000 + pid, lessons=a.lessons,
+        lesson_min_sim=a.lesson_min_sim,
     )
 
 

@@ -26,6 +26,7 @@ ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
 PARTITIONS = ("iid", "dirichlet")
 ADVERSARY_KINDS = ("injection", "unreliable")
 ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
+REFINE_STYLES = ("independent", "verify")
 
 
 @dataclass
@@ -112,6 +113,9 @@ class RoutingConfig:
     refine_query: bool = True
     # after round 1 ask only as many clients as the stopping rule still needs (heuristic)
     adaptive_k: bool = False
+    # refinement wording: independent (re-solve from scratch, earlier answers only listed) |
+    # verify (the candidate answer and its claims, asking to verify it)
+    refine_style: str = "independent"
 
 
 @dataclass
@@ -141,6 +145,11 @@ class AgentConfig:
     backbones: dict[str, BackendConfig] = field(default_factory=dict)
     # profile name -> backbone name; a profile's backbone missing from `backbones` uses `backend`
     profile_backbones: dict[str, str] = field(default_factory=dict)
+    # reasoning: free-text chain of thought, structured response derived from it | json
+    response_format: str = "reasoning"
+    # lessons of X_i recalled into a prompt, and the cosine a query needs to recall one
+    lessons: int = 1
+    lesson_min_sim: float = 0.6
 
 
 @dataclass
@@ -232,6 +241,54 @@ class ConfigError(ValueError):
     """A configuration value or key is wrong; the message names it and where it came from."""
 
 
+_TRUE = frozenset({"true", "1", "yes", "y", "on"})
+_FALSE = frozenset({"false", "0", "no", "n", "off", ""})
+
+
+def parse_bool(value: Any, key: str) -> bool:
+    """A typed boolean from a run/node-config value: ``"false"``, ``"0"``, ``"no"`` are False.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key`` when ``value`` is not a bool, 0/1 or one of the words above.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"{key} must be a boolean (true/false, 1/0, yes/no, on/off), got "
+                      f"{value!r}")
+
+
+def reject_interpolation(value: Any, where: str) -> None:
+    """Refuse OmegaConf interpolation (``${...}``) in a value that came from the run config.
+
+    Any resolver (``oc.env``, ``oc.decode``, a custom one) or key reference would be resolved
+    on whichever machine loads the config, e.g. returning a node's environment variable; only
+    the app's own ``conf/*.yaml`` may interpolate.
+    """
+    if isinstance(value, str) and "${" in value:
+        raise ConfigError(f"{where}: interpolation ('${{...}}') is not allowed in run-config "
+                          f"values, got {value[:200]!r}")
+
+
+def _bool_keys(cls: type, prefix: str = "") -> set[str]:
+    """Dotted paths of the ``bool`` fields of config dataclass ``cls`` (nested sections)."""
+    import dataclasses
+    import typing
+
+    out: set[str] = set()
+    for f, tp in typing.get_type_hints(cls).items():
+        if tp is bool:
+            out.add(prefix + f)
+        elif dataclasses.is_dataclass(tp):
+            out |= _bool_keys(tp, f"{prefix}{f}.")
+    return out
+
+
 def _validate(cfg: PFedMAConfig) -> None:
     s, a, r, ru, d = cfg.strategy, cfg.anomaly, cfg.routing, cfg.rules, cfg.data
     checks: list[tuple[bool, str]] = [
@@ -264,6 +321,12 @@ def _validate(cfg: PFedMAConfig) -> None:
         (cfg.agent.few_shot_scope in ("batch", "query"),
          f"agent.few_shot_scope must be batch|query, got {cfg.agent.few_shot_scope!r}"),
         (cfg.agent.backend.max_tokens >= 1, "agent.backend.max_tokens must be >= 1"),
+        (cfg.agent.response_format in ("reasoning", "json"),
+         f"agent.response_format must be reasoning|json, got {cfg.agent.response_format!r}"),
+        (cfg.agent.lessons >= 0, "agent.lessons must be >= 0"),
+        (-1.0 <= cfg.agent.lesson_min_sim <= 1.0, "agent.lesson_min_sim must be in [-1, 1]"),
+        (r.refine_style in REFINE_STYLES,
+         f"routing.refine_style must be one of {REFINE_STYLES}, got {r.refine_style!r}"),
         (0.0 <= cfg.adversary.ratio <= 1.0,
          f"adversary.ratio must be in [0,1], got {cfg.adversary.ratio}"),
         (cfg.adversary.kind in ADVERSARY_KINDS,
@@ -290,9 +353,15 @@ def _merge(*parts: Any) -> PFedMAConfig:
 def parse_overrides(text: str) -> DictConfig:
     """Parse ``"a.b=1 c.d='x y'"`` (shell-quoted, space separated) into a DictConfig."""
     items = shlex.split(text) if text.strip() else []
+    bool_keys = _bool_keys(PFedMAConfig)
     for item in items:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
+        reject_interpolation(item, f"override {item.partition('=')[0]!r}")
+        key, _, value = item.partition("=")
+        if key.strip() in bool_keys:
+            # OmegaConf alone would take "2" or "maybe"-like ints as True
+            parse_bool(value, f"override {key.strip()}")
     try:
         return OmegaConf.from_dotlist(items)
     except OmegaConfBaseException as e:
@@ -324,6 +393,9 @@ def load_config(run_config: dict[str, Any] | None = None) -> PFedMAConfig:
     unknown = sorted(k for k in rc if k not in known)
     if unknown:
         raise ConfigError(f"unknown run-config key(s) {unknown}; known: {sorted(known)}")
+    for k, v in rc.items():
+        if k != "overrides":  # parse_overrides names the offending override itself
+            reject_interpolation(v, f"run-config key {k!r}")
     name = str(rc.get("config-name", "pfedma") or "pfedma")
     path = config_path(name)
     try:
@@ -334,8 +406,9 @@ def load_config(run_config: dict[str, Any] | None = None) -> PFedMAConfig:
     flat: dict[str, Any] = {}
     if rc.get("output-dir"):
         flat.setdefault("output", {})["dir"] = str(rc["output-dir"])
-    if rc.get("resume"):
-        flat.setdefault("output", {})["resume"] = bool(rc["resume"])
+    if "resume" in rc:
+        flat.setdefault("output", {})["resume"] = parse_bool(rc["resume"], "run-config key "
+                                                             "'resume'")
     if rc.get("data-dir"):
         flat.setdefault("data", {})["data_dir"] = str(rc["data-dir"])
     parts.append(OmegaConf.create(flat))

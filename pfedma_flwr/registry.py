@@ -1,15 +1,44 @@
 """One registry implementation for every plug-in family (orchestrators, judges, backends, ...).
 
 Config selects a component by its registered name, or names an out-of-tree ``module:attr``.
+Importing ``module:attr`` runs that module's code, so a ClientApp turns it off while it builds
+and runs its agent (:func:`plugin_imports`): a run config must not run code on a node unless the
+node's own config allows plug-ins (``pfedma_flwr.node_security``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+# A ContextVar, not a module flag: simulated ClientApps run in threads next to a ServerApp in
+# tests, and one node's setting must not leak into another's lookups.
+_IMPORTS_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pfedma_plugin_imports", default=True)
+
+
+class PluginImportRefused(ValueError):
+    """A ``module:attr`` plug-in was named where importing code is not allowed."""
+
+
+@contextlib.contextmanager
+def plugin_imports(allowed: bool) -> Iterator[None]:
+    """Within the block, ``Registry.get("module:attr")`` imports only if ``allowed``."""
+    token = _IMPORTS_ALLOWED.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _IMPORTS_ALLOWED.reset(token)
+
+
+def plugin_imports_allowed() -> bool:
+    """Whether ``module:attr`` plug-ins may be imported in the current context."""
+    return _IMPORTS_ALLOWED.get()
 
 
 class Registry(Generic[T]):
@@ -44,7 +73,19 @@ class Registry(Generic[T]):
         self._items[name] = obj
 
     def get(self, name: str) -> T:
-        """Look up ``name``, or import ``module:attr`` for out-of-tree plug-ins."""
+        """Look up ``name``, or import ``module:attr`` for out-of-tree plug-ins.
+
+        Raises
+        ------
+        PluginImportRefused
+            For ``module:attr`` (the only form that imports) while :func:`plugin_imports`
+            forbids importing.
+        """
+        if ":" in name and not _IMPORTS_ALLOWED.get():
+            raise PluginImportRefused(
+                f"{self.kind} {name!r} is not a registered name and importing plug-in code is "
+                f"not allowed here (available: {sorted(self._items)}); on a SuperNode, set "
+                "allow-plugins=true in its node config to load out-of-tree code")
         if ":" in name:
             module, _, attr = name.partition(":")
             try:

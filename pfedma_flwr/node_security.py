@@ -1,0 +1,211 @@
+"""What a node decides for itself, whatever the run config asks (no Flower imports).
+
+The run config is written by whoever submits a run; the node config (``flower-supernode
+--node-config``) by whoever operates the node. Settings that spend a node's secrets, run code on
+it or weaken its privacy enforcement are therefore the node's:
+
+================  ======================  =====================================================
+node-config key   default (deployed)      effect
+================  ======================  =====================================================
+``backend``       "" (the run's choice)   backend name; the run may pick only registered names
+``backend-url``   ""                      endpoint of an ``openai`` backend
+``api-key-env``   ``OPENAI_API_KEY``      name of the variable holding the endpoint's key
+``data-dir``      "" (package default)    benchmark data of this node
+``min-rule-mode`` ``full``                weakest ``rules.mode`` the node runs (RULE_MODE_RANK)
+``allow-run-endpoint`` false              take ``base_url`` / ``api_key_env`` / data dir from
+                                          the run config when the node sets none
+``allow-plugins`` false                   let the run config name ``module:attr`` code
+================  ======================  =====================================================
+
+A node whose config holds only Flower's simulation keys (``partition-id``, ``num-partitions``)
+is a *simulated* node: Flower's simulation engine builds that config itself, so no operator
+could have set anything else, and the run submitter owns the machine and ships the ClientApp
+code anyway. Simulated nodes keep the run's endpoint, data dir and rule mode (the ablation
+presets need ``rules.mode=NR``); they still refuse ``module:attr`` plug-ins from the run config.
+Every SuperNode of a deployment sets at least ``state-dir`` or ``data-dir`` and is a deployed
+node with the strict defaults above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pfedma_flwr.config import (
+    CONF_DIR,
+    RULE_MODES,
+    BackendConfig,
+    ConfigError,
+    config_path,
+    parse_bool,
+    reject_interpolation,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Enforcement order of ``rules.mode`` (higher = more of the rule loop runs on the node):
+#: NR applies no rules; SR applies static rules only; LE, G2L and L2G each add one direction of
+#: rule evolution (local, global-to-local, local-to-global) and are not ordered among
+#: themselves; full runs all of them. A requested mode ranked below the node's minimum is
+#: raised to the minimum; modes of equal rank are all allowed.
+RULE_MODE_RANK: dict[str, int] = {"NR": 0, "SR": 1, "LE": 2, "G2L": 2, "L2G": 2, "full": 3}
+assert set(RULE_MODE_RANK) == set(RULE_MODES)
+
+SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
+#: node-config keys of this module (the others: partition-id, num-partitions, profile,
+#: client-id, state-dir are read by the ClientApp)
+POLICY_KEYS = ("backend", "backend-url", "api-key-env", "data-dir", "min-rule-mode",
+               "allow-run-endpoint", "allow-plugins")
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+#: backend ``options`` keys that would bypass the node-owned fields
+_ENDPOINT_OPTIONS = frozenset({"base_url", "api_key_env", "api_key", "data_dir"})
+
+
+class NodePolicyError(ConfigError):
+    """The run config asks for something this node's config does not allow."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePolicy:
+    """A node's own security settings (module docstring); build with :meth:`from_node_config`.
+
+    Parameters
+    ----------
+    backend : str
+        Backend the node runs; empty lets the run choose among registered names.
+    base_url, api_key_env : str
+        The node's endpoint and the name of the variable that holds its key.
+    data_dir : str
+        The node's benchmark data dir (empty = package default).
+    min_rule_mode : str
+        Weakest ``rules.mode`` this node enforces (see :data:`RULE_MODE_RANK`).
+    allow_run_endpoint : bool
+        Whether endpoint, key variable and data dir may come from the run config.
+    allow_plugins : bool
+        Whether the run config may name ``module:attr`` code to import on this node.
+    simulated : bool
+        Built from Flower's simulation node config (for logs and docs only).
+    """
+
+    backend: str = ""
+    base_url: str = ""
+    api_key_env: str = ""
+    data_dir: str = ""
+    min_rule_mode: str = "full"
+    allow_run_endpoint: bool = False
+    allow_plugins: bool = False
+    simulated: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_rule_mode not in RULE_MODE_RANK:
+            raise NodePolicyError(f"node config min-rule-mode must be one of "
+                                  f"{sorted(RULE_MODE_RANK)}, got {self.min_rule_mode!r}")
+        if ":" in self.backend and not self.allow_plugins:
+            raise NodePolicyError(f"node config backend {self.backend!r} is a module:attr "
+                                  "plug-in; set allow-plugins=true to load it")
+
+    @classmethod
+    def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
+        """The policy of a node from its ``context.node_config`` (module docstring)."""
+        node = dict(node_config)
+        if set(node) <= SIMULATION_KEYS:
+            return cls(min_rule_mode="NR", allow_run_endpoint=True, simulated=True)
+        for k in POLICY_KEYS:
+            reject_interpolation(node.get(k), f"node config {k!r}")
+        return cls(
+            backend=_text(node, "backend"), base_url=_text(node, "backend-url"),
+            api_key_env=_text(node, "api-key-env"), data_dir=_text(node, "data-dir"),
+            min_rule_mode=_text(node, "min-rule-mode") or "full",
+            allow_run_endpoint=parse_bool(node.get("allow-run-endpoint", False),
+                                          "node config 'allow-run-endpoint'"),
+            allow_plugins=parse_bool(node.get("allow-plugins", False),
+                                     "node config 'allow-plugins'"),
+        )
+
+    def rule_mode(self, requested: str) -> str:
+        """The mode this node enforces for a requested ``rules.mode`` (never below the minimum)."""
+        if requested not in RULE_MODE_RANK:
+            raise NodePolicyError(f"rules.mode must be one of {sorted(RULE_MODE_RANK)}, got "
+                                  f"{requested!r}")
+        if RULE_MODE_RANK[requested] >= RULE_MODE_RANK[self.min_rule_mode]:
+            return requested
+        logger.warning("run config asks rules.mode=%s, below this node's min-rule-mode=%s; "
+                       "enforcing %s", requested, self.min_rule_mode, self.min_rule_mode)
+        return self.min_rule_mode
+
+    def data_dir_for(self, run_data_dir: str) -> str:
+        """The benchmark data dir: the node's, else the run's if allowed, else the default."""
+        if self.data_dir:
+            return self.data_dir
+        if self.allow_run_endpoint:
+            return run_data_dir
+        if run_data_dir:
+            logger.warning("ignoring the run config's data dir %r: this node takes its data "
+                           "dir from its node config (data-dir)", run_data_dir)
+        return ""
+
+    def backend_section(self, b: BackendConfig, *, where: str = "agent.backend"
+                        ) -> BackendConfig:
+        """Backend section ``b`` (from the run config) with the node's settings imposed.
+
+        Raises
+        ------
+        NodePolicyError
+            If the run names a ``module:attr`` backend without ``allow-plugins``, or selects
+            an ``openai`` backend while the node has no endpoint and does not allow the run's.
+        """
+        name = self.backend or b.name
+        if self.backend and b.name != self.backend:
+            logger.info("%s.name=%s from the run config replaced by this node's backend %s",
+                        where, b.name, self.backend)
+        if ":" in name and not self.allow_plugins:
+            raise NodePolicyError(
+                f"{where}.name={name!r} names plug-in code (module:attr); this node runs only "
+                "registered backends (set allow-plugins=true in its node config to allow it)")
+        options = dict(b.options)
+        if self.allow_run_endpoint:
+            base_url = self.base_url or b.base_url
+            key_env = self.api_key_env or b.api_key_env
+        else:
+            base_url, key_env = self.base_url, self.api_key_env or DEFAULT_API_KEY_ENV
+            ignored = [f for f, v, node_v in (("base_url", b.base_url, base_url),
+                                              ("api_key_env", b.api_key_env, key_env))
+                       if v and v != node_v]
+            ignored += sorted(k for k in options if k in _ENDPOINT_OPTIONS)
+            options = {k: v for k, v in options.items() if k not in _ENDPOINT_OPTIONS}
+            if ignored:
+                logger.warning("ignoring %s from the run config's %s: this node takes its "
+                               "endpoint and key variable from its node config "
+                               "(backend-url, api-key-env; allow-run-endpoint=false)",
+                               ", ".join(ignored), where)
+        if name == "openai" and not base_url:
+            raise NodePolicyError(
+                f"{where} selects the openai backend but this node's config sets no "
+                "backend-url (and allow-run-endpoint is false); set backend-url in the node "
+                "config")
+        return dataclasses.replace(b, name=name, base_url=base_url, api_key_env=key_env,
+                                   options=options)
+
+
+def check_config_name(run_config: Mapping[str, Any], policy: NodePolicy) -> None:
+    """On a deployed node the run may name only a preset of the app's ``conf/``, not a path.
+
+    A path would make the node load (and resolve interpolations of) any YAML file on its disk.
+    """
+    if policy.simulated:
+        return
+    name = str(run_config.get("config-name", "pfedma") or "pfedma")
+    path = config_path(name).resolve()
+    if not path.is_relative_to(CONF_DIR.resolve()):
+        raise NodePolicyError(f"run-config config-name {name!r} is not a preset of the app's "
+                              f"conf/ ({CONF_DIR}); a node loads only the app's own YAML")
+
+
+def _text(node: Mapping[str, Any], key: str) -> str:
+    value = node.get(key, "")
+    if not isinstance(value, str):
+        raise NodePolicyError(f"node config {key!r} must be a string, got {value!r}")
+    return value.strip()
