@@ -7,7 +7,11 @@ Every component is a separate OS process, started exactly as on separate machine
 Security defaults: TLS (private CA from ``deploy/make_certs.sh``) and CLI-managed SuperNode
 authentication (``--enable-supernode-auth``; each SuperNode has its own EC key pair from
 ``deploy/make_node_key.sh`` whose public key is registered with ``flwr supernode register``).
-``insecure=True`` turns both off and exists for local debugging only.
+The SuperLink listens on loopback only (its one port also serves the unauthenticated Control
+API); SuperNodes reach it through ``deploy/fleet_gateway.py``, which forwards the Fleet API and
+nothing else. Each SuperNode's node config states its own security policy
+(``pfedma_flwr.node_security``). ``insecure=True`` turns TLS and node authentication off and
+exists for local debugging only.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ class LocalDeployment:
     num_nodes : int
         SuperNodes to start; node ``i`` gets ``partition-id=i num-partitions=num_nodes``.
     port : int
-        SuperLink HTTP port (Fleet, Control and Runtime APIs); SuperNode ``i`` serves its
+        SuperLink HTTP port on 127.0.0.1 (Fleet, Control and Runtime APIs: the CLI's port);
+        the Fleet gateway for SuperNodes listens on ``port + 1``; SuperNode ``i`` serves its
         local app runtime on ``port + 10 + i``.
     insecure : bool
         Plain HTTP without node authentication. Local tests only.
@@ -66,6 +71,7 @@ class LocalDeployment:
     profiles: list[str] = field(default_factory=list)
     data_dir: str = str(APP_DIR / "data")
     link: Proc | None = None
+    gateway: Proc | None = None
     nodes: list[Proc] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -137,6 +143,7 @@ class LocalDeployment:
         self.make_credentials()
         self.write_cli_config()
         self.start_superlink(ready_timeout)
+        self.start_gateway(ready_timeout)
         if not self.insecure:
             for i in range(self.num_nodes):
                 res = self.flwr("supernode", "register", str(self.keys / f"node{i}.pub"),
@@ -168,8 +175,33 @@ class LocalDeployment:
         raise RuntimeError(
             f"SuperLink not healthy within {ready_timeout:.0f}s; see {self.link.log}")
 
-    def healthy(self) -> bool:
-        """True when the SuperLink answers ``/health`` (over TLS verified against our CA)."""
+    @property
+    def fleet_port(self) -> int:
+        """Port of the Fleet gateway, the only port SuperNodes use."""
+        return self.port + 1
+
+    def start_gateway(self, ready_timeout: float) -> None:
+        """Start ``deploy/fleet_gateway.py`` in front of the SuperLink and wait for it."""
+        scheme = "http" if self.insecure else "https"
+        cmd = [sys.executable, str(DEPLOY_DIR / "fleet_gateway.py"), "--listen-host",
+               "127.0.0.1", "--listen-port", str(self.fleet_port),
+               "--upstream", f"{scheme}://127.0.0.1:{self.port}"]
+        cmd += ["--insecure"] if self.insecure else [
+            "--upstream-ca", str(self.certs / "ca.crt"),
+            "--ssl-certfile", str(self.certs / "server.pem"),
+            "--ssl-keyfile", str(self.certs / "server.key")]
+        self.gateway = self._spawn("fleet-gateway", cmd, self.workdir / "gateway")
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if not self.gateway.alive():
+                raise RuntimeError(f"Fleet gateway exited; see {self.gateway.log}")
+            if self.healthy(self.fleet_port):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"Fleet gateway not healthy within {ready_timeout:.0f}s")
+
+    def request(self, port: int, path: str, method: str = "GET") -> int:
+        """HTTP status of ``method path`` on 127.0.0.1:``port`` (TLS verified); 0 if none."""
         import ssl
 
         import httpx
@@ -178,23 +210,28 @@ class LocalDeployment:
         verify: Any = False if self.insecure else \
             ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
         try:
-            return httpx.get(f"{scheme}://127.0.0.1:{self.port}/health", timeout=2.0,
-                             verify=verify).is_success
+            return httpx.request(method, f"{scheme}://127.0.0.1:{port}{path}", timeout=2.0,
+                                 verify=verify).status_code
         except httpx.HTTPError:
-            return False
+            return 0
+
+    def healthy(self, port: int | None = None) -> bool:
+        """True when the SuperLink (or the service on ``port``) answers ``/health``."""
+        return 200 <= self.request(self.port if port is None else port, "/health") < 300
 
     def node_config(self, i: int) -> str:
-        """The ``--node-config`` of SuperNode ``i`` (TOML-typed values)."""
+        """The ``--node-config`` of SuperNode ``i`` (TOML-typed values, explicit policy)."""
         parts = [f"partition-id={i}", f"num-partitions={self.num_nodes}",
                  f"state-dir={toml_str(str(self.workdir / f'node{i}' / 'state'))}",
-                 f"data-dir={toml_str(self.data_dir)}"]
+                 f"data-dir={toml_str(self.data_dir)}", 'min-rule-mode="full"',
+                 "allow-run-endpoint=false", "allow-plugins=false"]
         if i < len(self.profiles) and self.profiles[i]:
             parts.append(f"profile={toml_str(self.profiles[i])}")
         return " ".join(parts)
 
     def start_supernode(self, i: int) -> Proc:
         """Start SuperNode ``i`` (also used to restart one)."""
-        cmd = ["flower-supernode", "--superlink", f"127.0.0.1:{self.port}",
+        cmd = ["flower-supernode", "--superlink", f"127.0.0.1:{self.fleet_port}",
                "--port", str(self.port + 10 + i), "--node-config", self.node_config(i)]
         if self.insecure:
             cmd.append("--insecure")
@@ -249,7 +286,8 @@ class LocalDeployment:
 
     def stop(self) -> None:
         """SIGTERM every component's process group, then SIGKILL what is left after 15 s."""
-        procs = [*self.nodes, *([self.link] if self.link else [])]
+        procs = [*self.nodes, *([self.gateway] if self.gateway else []),
+                 *([self.link] if self.link else [])]
         superexecs = self.superexec_pids()
         for p in procs:
             if p.alive():
