@@ -156,7 +156,7 @@ class CollaborationEngine:
             if not todo:
                 break
             self._route(todo, global_rules, per_client)
-        snapshot = tuple(global_rules) if s.rule_mode in REDISTRIBUTE_MODES else ()
+        snapshot = tuple(self.rules.snapshot()) if s.rule_mode in REDISTRIBUTE_MODES else ()
         return {
             c: RespondInstruction(server_round=server_round, queries=tuple(qs),
                                   global_rules=snapshot)
@@ -197,11 +197,13 @@ class CollaborationEngine:
             if sel.stop:
                 self._finish(q, "orchestrator_stop")
                 continue
-            text, fired = apply_query_rules(q.task.question, global_rules, self.recognizer)
+            text, fired = apply_query_rules(q.task.question, global_rules, self.recognizer,
+                                            quarantine=self.rules)
             # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
             ref = refinement_text(q.z) if q.t and s.refine_query else ""
             if ref:
-                ref, fired_ref = apply_query_rules(ref, global_rules, self.recognizer)
+                ref, fired_ref = apply_query_rules(ref, global_rules, self.recognizer,
+                                                  quarantine=self.rules)
                 fired = [*fired, *fired_ref]
             q.query_rules_fired += len(fired)
             rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
@@ -328,6 +330,9 @@ class CollaborationEngine:
         return {
             "mode": self.settings.rule_mode, "feedback": _asdict(fb), "update": _asdict(up),
             "promoted": up.promoted, "pool_size": len(pool.candidates),
+            # Candidates no node could run safely, and those past a client's per-round cap.
+            "pool_invalid": sum(bool(p) for p in pool.problems), "pool_capped": pool.n_capped,
+            "quarantined": self.rules.quarantined,
             "h_scores": {r.rule_id: [r.h_score, r.n_evals, r.active] for r in self.rules.rules()},
         }
 
