@@ -33,7 +33,13 @@ from pfedma_flwr.launch import run_config_text, toml_str
 
 # deploy/ is a script folder, not a package: make its sibling importable however we are loaded
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from processes import Proc, serverapp_pids, signal_and_wait, superexec_pids  # noqa: E402
+from processes import (  # noqa: E402
+    Proc,
+    serverapp_pids,
+    signal_and_wait,
+    superexec_pids,
+    wait_ready,
+)
 
 APP_DIR = Path(__file__).resolve().parent.parent
 DEPLOY_DIR = APP_DIR / "deploy"
@@ -165,15 +171,7 @@ class LocalDeployment:
                     "--ssl-certfile", str(self.certs / "server.pem"),
                     "--ssl-keyfile", str(self.certs / "server.key"), "--enable-supernode-auth"]
         self.link = self._spawn("superlink", cmd, self.workdir / "superlink")
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if not self.link.alive():
-                raise RuntimeError(f"SuperLink exited; see {self.link.log}")
-            if self.healthy():
-                return
-            time.sleep(0.5)
-        raise RuntimeError(
-            f"SuperLink not healthy within {ready_timeout:.0f}s; see {self.link.log}")
+        wait_ready(self.link, self.healthy, ready_timeout, "SuperLink")
 
     @property
     def fleet_port(self) -> int:
@@ -191,14 +189,8 @@ class LocalDeployment:
             "--ssl-certfile", str(self.certs / "server.pem"),
             "--ssl-keyfile", str(self.certs / "server.key")]
         self.gateway = self._spawn("fleet-gateway", cmd, self.workdir / "gateway")
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if not self.gateway.alive():
-                raise RuntimeError(f"Fleet gateway exited; see {self.gateway.log}")
-            if self.healthy(self.fleet_port):
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"Fleet gateway not healthy within {ready_timeout:.0f}s")
+        wait_ready(self.gateway, lambda: self.healthy(self.fleet_port), ready_timeout,
+                   "Fleet gateway")
 
     def request(self, port: int, path: str, method: str = "GET") -> int:
         """HTTP status of ``method path`` on 127.0.0.1:``port`` (TLS verified); 0 if none."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,18 @@ class Proc:
             os.killpg(self.popen.pid, sig)
         except ProcessLookupError:
             pass
+
+
+def wait_ready(proc: Proc, ready: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``ready()`` until true; fail early if ``proc`` exits, or after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{what} exited; see {proc.log}")
+        if ready():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{what} not healthy within {timeout:.0f}s; see {proc.log}")
 
 
 def superexec_pids(superlink_pid: int) -> list[int]:

@@ -1,5 +1,7 @@
 """End-to-end: a real loopback deployment (SuperLink + 3 SuperNodes, TLS + node auth).
 
+0. SuperNodes connect through the Fleet gateway, which refuses the Control API.
+
 1. One SuperNode is SIGKILLed after the first round (machine loss: no deregistration, it stays
    "online" until heartbeat expiry); the run must still complete with the other nodes' results,
    the dead node costing a round timeout recorded as a failure.
@@ -53,6 +55,11 @@ def test_tls_auth_deployment_survives_a_killed_supernode(tmp_path: Path):
     with dep:
         t_up = time.monotonic() - t0
         assert (dep.certs / "ca.crt").exists() and not dep.insecure
+        # The port SuperNodes use serves the Fleet API only: the (unauthenticated) Control API
+        # that registers node keys and submits runs is on the loopback SuperLink port.
+        assert dep.request(dep.fleet_port, "/v1/control/list-runs", "POST") == 403
+        assert dep.request(dep.fleet_port, "/v1/control/register-node", "POST") == 403
+        assert dep.request(dep.fleet_port, "/health") == 200
         node_ids = [_node_id(p.log) for p in dep.nodes]
         # k_max = 3 of 3 nodes: every query is routed to the node that will be killed.
         overrides = (f"output.progress=false strategy.round_timeout={ROUND_TIMEOUT} "
