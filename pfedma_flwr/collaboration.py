@@ -22,7 +22,15 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.evaluation.anomaly import evaluate_batch, similarity_to
 from pfedma_flwr.evaluation.judges import Judge
 from pfedma_flwr.protocol import ClientDescription
-from pfedma_flwr.query_state import EngineSettings, QueryState, finish_record, query_metrics
+from pfedma_flwr.query_state import (
+    EngineSettings,
+    QueryState,
+    finish_record,
+    generation_summary,
+    query_metrics,
+    run_status,
+    with_answer_failures,
+)
 from pfedma_flwr.refinement import refinement_text
 from pfedma_flwr.routing.orchestrator import (
     CandidateState,
@@ -85,8 +93,11 @@ class CollaborationEngine:
         self._rng = np.random.default_rng(settings.seed)
         self._n_tasks = len(tasks)
         self.last_round_record: dict[str, Any] = {}
-        self.totals = {"failures": 0, "filtered": 0, "retained": 0, "rejected_items": 0,
-                       "invalid_selections": 0}
+        # answers / answers_failed / failed_by_client: every answer asked of an agent and
+        # the reason code of each that failed (summary "generation", run status)
+        self.totals: dict[str, Any] = {
+            "failures": 0, "filtered": 0, "retained": 0, "rejected_items": 0,
+            "invalid_selections": 0, "answers": 0, "answers_failed": 0, "failed_by_client": {}}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -289,6 +300,8 @@ class CollaborationEngine:
             elif q.t >= s.t_max:
                 self._finish(q, "t_max")
         self.totals["failures"] += len(failures)
+        self.totals.update(with_answer_failures(
+            self.totals, {q.task.task_id: sorted(q.routed) for q in in_flight}, by_query, failures))
         self.totals["rejected_items"] += len(rejected)
         rules_log = self._evolve_rules(server_round, replies, client_ok)
         calls = sum(r.backend_calls for r in replies.values())
@@ -389,17 +402,24 @@ class CollaborationEngine:
         return int(d["server_round"])
 
     def summary(self, wall_seconds: float = 0.0) -> dict[str, Any]:
-        """Run summary: accuracy, rounds/tokens/calls per query, rule repository size."""
+        """Run summary: accuracy, rounds/tokens/calls per query, rule repository size, status.
+
+        ``generation`` counts the answers asked of agents and those that failed, by reason
+        code and client; ``status`` is ``failed:generation`` when more than
+        ``settings.max_failed_share`` of them failed, else ``completed``.
+        """
         rules = self.rules.rules()
-        return {
+        out = {
             **query_metrics(self.finished),
             "num_clients": len(self.clients),
             "clients": {k: d.to_dict() for k, d in self.clients.items()},
             "rules": {"global_total": len(rules), "global_active": sum(r.active for r in rules)},
             "routing": self.routing.to_dict(),
-            "totals": dict(self.totals),
+            "totals": {k: v for k, v in self.totals.items() if k != "failed_by_client"},
+            "generation": generation_summary(self.totals, self.settings.max_failed_share),
             "wall_seconds": wall_seconds,
         }
+        return {**out, "status": run_status(out)}
 
 
 def _asdict(obj: Any) -> Any:

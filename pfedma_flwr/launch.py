@@ -5,6 +5,8 @@ outlives the run and takes its cwd/env from whoever started it first; `--stream`
 the ServerApp raised; runtime dependency installation needs the network. So this launcher starts
 its own in-memory SuperLink on dedicated ports with the right environment, submits the run,
 streams its log, checks the run status and the result files, and stops the SuperLink again.
+A run Flower calls completed still fails here when its ``summary.json`` says otherwise
+(``failed:generation``: most agent answers failed, e.g. a dead model endpoint): exit code 2.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from pfedma_flwr.persistence import private_dir
 
 APP_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 39291
@@ -153,7 +157,8 @@ def run(
             sys.stderr.write(f"[pfedma] {e}\n")
             return 1
     output_dir = output_dir.resolve()
-    output_dir.mkdir(parents=True, exist_ok=True)
+    if not output_dir.is_dir():  # results are private (answers, claims); an existing dir is kept
+        private_dir(output_dir)
     # The app bundle carries no data files: point the run at the repository's data/ by default.
     data_dir = str(Path(data_dir).resolve()) if data_dir else str(APP_DIR / "data")
     flwr_home = output_dir / ".flwr"
@@ -183,10 +188,43 @@ def run(
         if not summary.is_file():
             sys.stderr.write(f"[pfedma] run {run_id} completed but wrote no {summary}\n")
             return 1
+        problem = summary_problem(summary)
+        if problem:
+            sys.stderr.write(f"[pfedma] run {run_id} finished, but {problem}; see {summary}\n")
+            return 2
         print(f"[pfedma] run {run_id} finished: {summary}", flush=True)
         return 0
     finally:
         stop_superlink(link)
+
+
+def summary_problem(path: Path) -> str:
+    """Why the run's ``summary.json`` does not report success, or ``""`` if it does.
+
+    ``failed:generation`` names how many agent answers failed and the commonest reason codes
+    with the clients that had them, so a dead endpoint reads as one, not as accuracy 0.
+    """
+    try:
+        summary = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        return f"its summary cannot be read ({str(e)[:120]})"
+    if not isinstance(summary, dict):
+        return "its summary is not a JSON object"
+    status = summary.get("status")
+    if status == "completed":
+        return ""
+    gen = summary.get("generation") if isinstance(summary.get("generation"), dict) else {}
+    codes = gen.get("failed_by_code") if isinstance(gen.get("failed_by_code"), dict) else {}
+    top = sorted(((str(k), v) for k, v in codes.items() if isinstance(v, int)),
+                 key=lambda kv: (-kv[1], kv[0]))
+    clients = gen.get("failed_by_client") if isinstance(gen.get("failed_by_client"), dict) else {}
+    where = ", ".join(sorted(str(c) for c in clients)[:8])
+    detail = ""
+    if gen:
+        detail = (f": {gen.get('failed')} of {gen.get('answers')} agent answers failed "
+                  f"(threshold {gen.get('max_failed_share')}), by reason "
+                  f"{dict(top[:5])}" + (f" on {where}" if where else ""))
+    return f"its status is {status!r}{detail}"
 
 
 def _status(run_id: int, env: dict[str, str]) -> str:
@@ -201,7 +239,10 @@ def _status(run_id: int, env: dict[str, str]) -> str:
 def _follow(run_id: int, env: dict[str, str], log_path: Path, timeout: float) -> str:
     """Stream the run's log to stdout and ``log_path`` until it finishes; return its status."""
     deadline = time.monotonic() + timeout
-    with open(log_path, "w", encoding="utf-8") as log:
+    # The log carries agent answers: owner-only, like the other result files.
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(["flwr", "log", str(run_id), "--stream"], env=env, cwd=APP_DIR,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)

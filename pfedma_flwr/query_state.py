@@ -1,7 +1,8 @@
-"""Per-query trajectory state of the server engine, its records and checkpoint form."""
+"""Per-query trajectory state of the server engine, its records, checkpoint form and counts."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,7 +10,15 @@ from typing import Any
 from pfedma_flwr.aggregation import CollabState, RoundResponse
 from pfedma_flwr.answers import is_correct
 from pfedma_flwr.data.benchmarks import Task
-from pfedma_flwr.schema import RoutedQuery, StructuredResponse
+from pfedma_flwr.schema import ProcessedResponse, RoutedQuery, StructuredResponse
+
+#: ``summary.json`` status of a run in which more than ``max_failed_share`` of the answers
+#: asked of agents failed (dead endpoint, wrong model, unparsable output...)
+GENERATION_FAILED = "failed:generation"
+MAX_CODES_PER_CLIENT = 16
+_CODE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,48}")
+# "backend: connect: detail" (a code nested after "<prefix>: ") reads as "backend:connect"
+_NESTED_RE = re.compile(r"([a-z][a-z0-9_]*):\s+([a-z][a-z0-9_]*):")
 
 
 @dataclass(frozen=True)
@@ -27,9 +36,17 @@ class EngineSettings:
     use_capability: bool = True
     use_reliability: bool = True
     refine_query: bool = True
+    refine_style: str = "independent"
     rule_mode: str = "full"
     sim_threshold: float = 0.9
     seed: int = 0
+    max_failed_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_failed_share <= 1.0:
+            raise ValueError("max_failed_share (share of failed answers above which a run "
+                             f"ends {GENERATION_FAILED!r}) must be in [0, 1], got "
+                             f"{self.max_failed_share}")
 
 
 @dataclass
@@ -118,3 +135,103 @@ def query_metrics(finished: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "backend_calls_per_query": sum(r["backend_calls"] for r in finished) / n,
         "stop_reasons": count(str(r["stop_reason"]) for r in finished),
     }
+
+
+# ---------------------------------------------------------------------- failed answers
+
+
+def reason_code(error: str) -> str:
+    """The short code of a failure reason: its text before the first space, without ``:``.
+
+    ``"backend:connect refused"`` → ``backend:connect``; ``"timeout: no reply"`` →
+    ``timeout``; ``"backend: connect: ..."`` → ``backend:connect``. Anything else a client
+    wrote there is reduced to ``[A-Za-z0-9_.:-]`` (at most 48 characters), so a hostile error
+    text cannot grow the summary's keys.
+    """
+    text = str(error).strip()
+    nested = _NESTED_RE.match(text)
+    if nested:
+        return f"{nested[1]}:{nested[2]}"
+    head = text.split(None, 1)[0].rstrip(":") if text else ""
+    m = _CODE_RE.match(head)
+    return m[0] if m else "unknown"
+
+
+def with_answer_failures(
+    totals: Mapping[str, Any], routed: Mapping[str, Sequence[str]],
+    got: Mapping[str, Mapping[str, ProcessedResponse]], failures: Mapping[str, str],
+) -> dict[str, Any]:
+    """``totals`` plus one round's asked and failed answers, per client and reason code.
+
+    Parameters
+    ----------
+    totals : Mapping
+        Run totals with ``answers``, ``answers_failed`` and ``failed_by_client``
+        (``{client: {code: n}}``); missing keys start at zero.
+    routed : Mapping[str, Sequence[str]]
+        Query id → the clients it was sent to this round.
+    got : Mapping[str, Mapping[str, ProcessedResponse]]
+        Query id → client → the accepted processed response.
+    failures : Mapping[str, str]
+        Client → why its whole message failed (every answer asked of it fails with that code).
+
+    Returns
+    -------
+    dict
+        A new totals dict. An answer fails when its client's message failed, when the reply
+        left the query out (``missing``), or when it carries no response and no privacy
+        refusal (code of ``ProcessedResponse.error``, ``no_response`` if empty).
+    """
+    by_client = {c: dict(v) for c, v in dict(totals.get("failed_by_client", {})).items()}
+    asked = int(totals.get("answers", 0))
+    failed = int(totals.get("answers_failed", 0))
+    for qid, clients in routed.items():
+        for c in clients:
+            asked += 1
+            pr = got.get(qid, {}).get(c)
+            if c in failures:
+                code = reason_code(failures[c])
+            elif pr is None:
+                code = "missing"
+            elif pr.response is None and not pr.refused:
+                code = reason_code(pr.error) if pr.error.strip() else "no_response"
+            else:
+                continue
+            failed += 1
+            per = by_client.setdefault(c, {})
+            if code not in per and len(per) >= MAX_CODES_PER_CLIENT:
+                code = "other"  # a client inventing a new code per answer cannot grow this
+            per[code] = per.get(code, 0) + 1
+    return {**totals, "answers": asked, "answers_failed": failed,
+            "failed_by_client": dict(sorted(by_client.items()))}
+
+
+def generation_summary(totals: Mapping[str, Any], max_failed_share: float) -> dict[str, Any]:
+    """The ``generation`` block of ``summary.json``: how many answers failed, why and where."""
+    asked = int(totals.get("answers", 0))
+    failed = int(totals.get("answers_failed", 0))
+    by_client = {c: dict(sorted(v.items()))
+                 for c, v in sorted(dict(totals.get("failed_by_client", {})).items())}
+    by_code: dict[str, int] = {}
+    for per in by_client.values():
+        for code, n in per.items():
+            by_code[code] = by_code.get(code, 0) + int(n)
+    return {"answers": asked, "failed": failed,
+            "failed_share": failed / asked if asked else 0.0,
+            "max_failed_share": max_failed_share,
+            "failed_by_code": dict(sorted(by_code.items())), "failed_by_client": by_client}
+
+
+def run_status(summary: Mapping[str, Any]) -> str:
+    """``failed:generation`` if the summary's ``generation`` block is over its threshold.
+
+    Otherwise ``completed``; a summary without the block (older code) counts as completed.
+    """
+    gen = summary.get("generation")
+    if not isinstance(gen, Mapping):
+        return "completed"
+    try:
+        over = float(gen["failed_share"]) > float(gen["max_failed_share"])
+    except (KeyError, TypeError, ValueError):
+        return "completed"
+    return GENERATION_FAILED if over else "completed"

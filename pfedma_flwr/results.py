@@ -1,6 +1,8 @@
 """Run outputs: ``rounds.jsonl`` (one line per Flower round), ``queries.jsonl``, ``summary.json``.
 
-Lines are appended and flushed as rounds end, so nothing computed is lost if a run dies later.
+Lines are appended and flushed as rounds end, so nothing computed is lost if a run dies later;
+a line torn by a crash mid-write is dropped (and logged) on resume. Every file is written 0600
+and a directory this module creates is 0700: results carry answers and claims of private agents.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from pfedma_flwr.persistence import append_line, private_dir, read_jsonl_lines
+from pfedma_flwr.query_state import run_status
 
 
 def _jsonable(obj: Any) -> Any:
@@ -31,8 +36,12 @@ def _json_line(rec: Any) -> str:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write text via a temp file + rename so readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write text via a temp file + rename so readers never see a half-written file.
+
+    The file is 0600 (``mkstemp`` creates it so and the rename keeps the mode).
+    """
+    if not path.parent.is_dir():
+        private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -61,13 +70,14 @@ class ResultsWriter:
 
     def __init__(self, out_dir: Path, *, truncate: bool = True) -> None:
         self.out_dir = out_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
+        if not out_dir.is_dir():  # a directory the user made keeps the mode they chose
+            private_dir(out_dir)
         self._rounds = out_dir / "rounds.jsonl"
         self._queries = out_dir / "queries.jsonl"
         self.checkpoint_path = out_dir / "checkpoint.json"
         if truncate:
             for p in (self._rounds, self._queries):
-                p.write_text("", encoding="utf-8")
+                write_text_atomic(p, "")
 
     @classmethod
     def resume(cls, out_dir: Path, last_round: int, finished: list[dict[str, Any]]
@@ -76,12 +86,11 @@ class ResultsWriter:
 
         Rounds after ``last_round`` (written before a crash, but not checkpointed) are dropped
         and ``queries.jsonl`` is rewritten from the checkpoint's finished queries, so a resumed
-        run neither loses nor duplicates a line.
+        run neither loses nor duplicates a line. A torn last line of ``rounds.jsonl`` (a crash
+        mid-append) is dropped and logged; a damaged line before it raises ``ValueError``.
         """
-        rounds_path = out_dir / "rounds.jsonl"
-        kept = [ln for ln in rounds_path.read_text(encoding="utf-8").splitlines()
-                if ln.strip() and json.loads(ln).get("round", 0) <= last_round] \
-            if rounds_path.exists() else []
+        kept = [ln for ln, rec in read_jsonl_lines(out_dir / "rounds.jsonl")
+                if _round_of(rec, out_dir / "rounds.jsonl") <= last_round]
         self = cls(out_dir, truncate=False)
         # Replace, never truncate-then-append: a crash here must not lose the kept lines.
         write_text_atomic(self._rounds, "".join(ln + "\n" for ln in kept))
@@ -95,9 +104,10 @@ class ResultsWriter:
         if not path.exists():
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"corrupt checkpoint {path}: {e}; delete it to start over") from e
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # bad UTF-8, bad JSON, int-str limit
+            raise ValueError(f"corrupt checkpoint {path}: {str(e)[:200]}; delete it (or "
+                             "restore a copy) to start over") from e
         if not isinstance(data, dict):
             raise ValueError(f"corrupt checkpoint {path}: not a JSON object")
         return data
@@ -107,9 +117,7 @@ class ResultsWriter:
         write_json_atomic(self.checkpoint_path, state)
 
     def _append(self, path: Path, rec: dict[str, Any]) -> None:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(_json_line(rec))
-            f.flush()
+        append_line(path, _json_line(rec))
 
     def round(self, rec: dict[str, Any]) -> None:
         """Append one round record."""
@@ -121,8 +129,22 @@ class ResultsWriter:
 
     def text(self, name: str, content: str) -> None:
         """Write a small text file (e.g. the resolved config)."""
-        (self.out_dir / name).write_text(content, encoding="utf-8")
+        write_text_atomic(self.out_dir / name, content)
 
     def summary(self, summary: dict[str, Any]) -> None:
-        """Write ``summary.json`` atomically."""
+        """Write ``summary.json`` atomically.
+
+        A ``completed`` status is checked against the summary's own ``generation`` block
+        (:func:`~pfedma_flwr.query_state.run_status`): a run whose agents mostly failed to
+        answer is never reported as completed.
+        """
+        if summary.get("status") == "completed":
+            summary = {**summary, "status": run_status(summary)}
         write_json_atomic(self.out_dir / "summary.json", summary)
+
+
+def _round_of(rec: Any, path: Path) -> int:
+    r = rec.get("round", 0) if isinstance(rec, dict) else None
+    if type(r) is not int:
+        raise ValueError(f"{path}: a line has no integer 'round' ({str(rec)[:80]})")
+    return r
