@@ -111,8 +111,9 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
         limits=cfg.protocol.limits(),
         client_key=str(node.get("client-id", "")) or f"partition-{pid}",
-        adversary=Adversary.from_config(cfg.adversary, partition_id=pid, num_clients=n,
-                                        data_dir=data_dir or ""),
+        adversary=Adversary.from_config(
+            dataclasses.replace(cfg.adversary, ratio=policy.adversary_ratio(cfg.adversary.ratio)),
+            partition_id=pid, num_clients=n, data_dir=data_dir or ""),
         response_format=a.response_format, seed=cfg.seed * 1000 + pid, lessons=a.lessons,
         lesson_min_sim=a.lesson_min_sim,
     )

@@ -8,6 +8,7 @@ it or weaken its privacy enforcement are therefore the node's:
 node-config key   default (deployed)      effect
 ================  ======================  =====================================================
 ``backend``       "" (the run's choice)   backend name; the run may pick only registered names
+``backend-model`` "" (the run's choice)   model id / path of that backend
 ``backend-url``   ""                      endpoint of an ``openai`` backend
 ``api-key-env``   ``OPENAI_API_KEY``      name of the variable holding the endpoint's key
 ``data-dir``      "" (package default)    benchmark data of this node
@@ -15,13 +16,15 @@ node-config key   default (deployed)      effect
 ``allow-run-endpoint`` false              take ``base_url`` / ``api_key_env`` / data dir from
                                           the run config when the node sets none
 ``allow-plugins`` false                   let the run config name ``module:attr`` code
+``allow-adversary`` false                 let ``adversary.ratio`` make this node act malicious
 ================  ======================  =====================================================
 
 A node whose config holds only Flower's simulation keys (``partition-id``, ``num-partitions``)
 is a *simulated* node: Flower's simulation engine builds that config itself, so no operator
 could have set anything else, and the run submitter owns the machine and ships the ClientApp
-code anyway. Simulated nodes keep the run's endpoint, data dir and rule mode (the ablation
-presets need ``rules.mode=NR``); they still refuse ``module:attr`` plug-ins from the run config.
+code anyway. Simulated nodes keep the run's endpoint, data dir, rule mode and adversary (the
+ablation and robustness presets need them); they still refuse ``module:attr`` plug-ins from the
+run config.
 Every SuperNode of a deployment sets at least ``state-dir`` or ``data-dir`` and is a deployed
 node with the strict defaults above.
 """
@@ -57,8 +60,8 @@ assert set(RULE_MODE_RANK) == set(RULE_MODES)
 SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: node-config keys of this module (the others: partition-id, num-partitions, profile,
 #: client-id, state-dir are read by the ClientApp)
-POLICY_KEYS = ("backend", "backend-url", "api-key-env", "data-dir", "min-rule-mode",
-               "allow-run-endpoint", "allow-plugins")
+POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-dir",
+               "min-rule-mode", "allow-run-endpoint", "allow-plugins", "allow-adversary")
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 #: backend ``options`` keys that would bypass the node-owned fields
 _ENDPOINT_OPTIONS = frozenset({"base_url", "api_key_env", "api_key", "data_dir"})
@@ -76,6 +79,8 @@ class NodePolicy:
     ----------
     backend : str
         Backend the node runs; empty lets the run choose among registered names.
+    model : str
+        Model of that backend; empty lets the run choose.
     base_url, api_key_env : str
         The node's endpoint and the name of the variable that holds its key.
     data_dir : str
@@ -86,17 +91,21 @@ class NodePolicy:
         Whether endpoint, key variable and data dir may come from the run config.
     allow_plugins : bool
         Whether the run config may name ``module:attr`` code to import on this node.
+    allow_adversary : bool
+        Whether the run's ``adversary`` section may make this node's agent act malicious.
     simulated : bool
         Built from Flower's simulation node config (for logs and docs only).
     """
 
     backend: str = ""
+    model: str = ""
     base_url: str = ""
     api_key_env: str = ""
     data_dir: str = ""
     min_rule_mode: str = "full"
     allow_run_endpoint: bool = False
     allow_plugins: bool = False
+    allow_adversary: bool = False
     simulated: bool = False
 
     def __post_init__(self) -> None:
@@ -112,17 +121,21 @@ class NodePolicy:
         """The policy of a node from its ``context.node_config`` (module docstring)."""
         node = dict(node_config)
         if set(node) <= SIMULATION_KEYS:
-            return cls(min_rule_mode="NR", allow_run_endpoint=True, simulated=True)
+            return cls(min_rule_mode="NR", allow_run_endpoint=True, allow_adversary=True,
+                       simulated=True)
         for k in POLICY_KEYS:
             reject_interpolation(node.get(k), f"node config {k!r}")
         return cls(
-            backend=_text(node, "backend"), base_url=_text(node, "backend-url"),
+            backend=_text(node, "backend"), model=_text(node, "backend-model"),
+            base_url=_text(node, "backend-url"),
             api_key_env=_text(node, "api-key-env"), data_dir=_text(node, "data-dir"),
             min_rule_mode=_text(node, "min-rule-mode") or "full",
             allow_run_endpoint=parse_bool(node.get("allow-run-endpoint", False),
                                           "node config 'allow-run-endpoint'"),
             allow_plugins=parse_bool(node.get("allow-plugins", False),
                                      "node config 'allow-plugins'"),
+            allow_adversary=parse_bool(node.get("allow-adversary", False),
+                                       "node config 'allow-adversary'"),
         )
 
     def rule_mode(self, requested: str) -> str:
@@ -135,6 +148,14 @@ class NodePolicy:
         logger.warning("run config asks rules.mode=%s, below this node's min-rule-mode=%s; "
                        "enforcing %s", requested, self.min_rule_mode, self.min_rule_mode)
         return self.min_rule_mode
+
+    def adversary_ratio(self, requested: float) -> float:
+        """The run's ``adversary.ratio`` if this node allows it, else 0 (logged)."""
+        if requested > 0 and not self.allow_adversary:
+            logger.warning("ignoring adversary.ratio=%s from the run config: this node does "
+                           "not act malicious (allow-adversary=false)", requested)
+            return 0.0
+        return requested
 
     def data_dir_for(self, run_data_dir: str) -> str:
         """The benchmark data dir: the node's, else the run's if allowed, else the default."""
@@ -186,8 +207,8 @@ class NodePolicy:
                 f"{where} selects the openai backend but this node's config sets no "
                 "backend-url (and allow-run-endpoint is false); set backend-url in the node "
                 "config")
-        return dataclasses.replace(b, name=name, base_url=base_url, api_key_env=key_env,
-                                   options=options)
+        return dataclasses.replace(b, name=name, model=self.model or b.model, base_url=base_url,
+                                   api_key_env=key_env, options=options)
 
 
 def check_config_name(run_config: Mapping[str, Any], policy: NodePolicy) -> None:

@@ -225,6 +225,20 @@ def test_node_backend_replaces_the_runs(tmp_path: Path):
     assert policy.backend_section(BackendConfig(name="embedded")).name == "mock"
 
 
+def test_node_model_replaces_the_runs(tmp_path: Path):
+    policy = NodePolicy.from_node_config(deployed(tmp_path, **{"backend-model": "node-m"}))
+    assert policy.backend_section(BackendConfig(name="mock", model="run-m")).model == "node-m"
+
+
+def test_adversary_only_where_the_node_allows_it(tmp_path: Path):
+    rc = tiny("adversary.ratio=1.0 adversary.kind=unreliable")
+    assert client_components.build_agent(rc, deployed(tmp_path)).adversary is None
+    allowed = deployed(tmp_path, **{"allow-adversary": True})
+    assert client_components.build_agent(rc, allowed).adversary is not None
+    sim = {"partition-id": 0, "num-partitions": 2}
+    assert client_components.build_agent(rc, sim).adversary is not None
+
+
 def test_openai_endpoint_through_build_agent(tmp_path: Path):
     node = deployed(tmp_path, **{"backend-url": "http://127.0.0.1:9/v1"})
     agent = client_components.build_agent(
