@@ -105,7 +105,8 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
     return ClientAgent(
         profile=profile, backend=make_configured_backend(backend),
         private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
-        recognizer=get_recognizer(cfg.rules.pii), rule_mode=policy.rule_mode(cfg.rules.mode),
+        recognizer=get_recognizer(policy.pii_recognizer(cfg.rules.pii)),
+        rule_mode=policy.rule_mode(cfg.rules.mode),
         few_shot=a.few_shot, few_shot_scope=a.few_shot_scope, experience_size=a.experience_size,
         max_tokens=backend.max_tokens, temperature=backend.temperature,
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,

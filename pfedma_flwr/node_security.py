@@ -13,6 +13,7 @@ node-config key   default (deployed)      effect
 ``api-key-env``   ``OPENAI_API_KEY``      name of the variable holding the endpoint's key
 ``data-dir``      "" (package default)    benchmark data of this node
 ``min-rule-mode`` ``full``                weakest ``rules.mode`` the node runs (RULE_MODE_RANK)
+``pii``           "" (the run's choice)   PII recognizer of the node's rules: presidio | regex
 ``allow-run-endpoint`` false              take ``base_url`` / ``api_key_env`` / data dir from
                                           the run config when the node sets none
 ``allow-plugins`` false                   let the run config name ``module:attr`` code
@@ -61,7 +62,8 @@ SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: node-config keys of this module (the others: partition-id, num-partitions, profile,
 #: client-id, state-dir are read by the ClientApp)
 POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-dir",
-               "min-rule-mode", "allow-run-endpoint", "allow-plugins", "allow-adversary")
+               "min-rule-mode", "pii", "allow-run-endpoint", "allow-plugins", "allow-adversary")
+PII_RECOGNIZERS = ("presidio", "regex")
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 #: backend ``options`` keys that would bypass the node-owned fields
 _ENDPOINT_OPTIONS = frozenset({"base_url", "api_key_env", "api_key", "data_dir"})
@@ -87,6 +89,8 @@ class NodePolicy:
         The node's benchmark data dir (empty = package default).
     min_rule_mode : str
         Weakest ``rules.mode`` this node enforces (see :data:`RULE_MODE_RANK`).
+    pii : str
+        PII recognizer the node's rules use; empty lets the run choose.
     allow_run_endpoint : bool
         Whether endpoint, key variable and data dir may come from the run config.
     allow_plugins : bool
@@ -103,6 +107,7 @@ class NodePolicy:
     api_key_env: str = ""
     data_dir: str = ""
     min_rule_mode: str = "full"
+    pii: str = ""
     allow_run_endpoint: bool = False
     allow_plugins: bool = False
     allow_adversary: bool = False
@@ -112,6 +117,9 @@ class NodePolicy:
         if self.min_rule_mode not in RULE_MODE_RANK:
             raise NodePolicyError(f"node config min-rule-mode must be one of "
                                   f"{sorted(RULE_MODE_RANK)}, got {self.min_rule_mode!r}")
+        if self.pii and self.pii not in PII_RECOGNIZERS:
+            raise NodePolicyError(f"node config pii must be one of {PII_RECOGNIZERS}, got "
+                                  f"{self.pii!r}")
         if ":" in self.backend and not self.allow_plugins:
             raise NodePolicyError(f"node config backend {self.backend!r} is a module:attr "
                                   "plug-in; set allow-plugins=true to load it")
@@ -129,7 +137,7 @@ class NodePolicy:
             backend=_text(node, "backend"), model=_text(node, "backend-model"),
             base_url=_text(node, "backend-url"),
             api_key_env=_text(node, "api-key-env"), data_dir=_text(node, "data-dir"),
-            min_rule_mode=_text(node, "min-rule-mode") or "full",
+            min_rule_mode=_text(node, "min-rule-mode") or "full", pii=_text(node, "pii"),
             allow_run_endpoint=parse_bool(node.get("allow-run-endpoint", False),
                                           "node config 'allow-run-endpoint'"),
             allow_plugins=parse_bool(node.get("allow-plugins", False),
@@ -148,6 +156,13 @@ class NodePolicy:
         logger.warning("run config asks rules.mode=%s, below this node's min-rule-mode=%s; "
                        "enforcing %s", requested, self.min_rule_mode, self.min_rule_mode)
         return self.min_rule_mode
+
+    def pii_recognizer(self, requested: str) -> str:
+        """The node's PII recognizer if it pins one (a run cannot swap it), else the run's."""
+        if self.pii and requested != self.pii:
+            logger.warning("rules.pii=%s from the run config replaced by this node's pii=%s",
+                           requested, self.pii)
+        return self.pii or requested
 
     def adversary_ratio(self, requested: float) -> float:
         """The run's ``adversary.ratio`` if this node allows it, else 0 (logged)."""

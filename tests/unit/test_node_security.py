@@ -230,6 +230,13 @@ def test_node_model_replaces_the_runs(tmp_path: Path):
     assert policy.backend_section(BackendConfig(name="mock", model="run-m")).model == "node-m"
 
 
+def test_node_pii_recognizer_pinned(tmp_path: Path):
+    assert NodePolicy(pii="presidio").pii_recognizer("regex") == "presidio"
+    assert NodePolicy().pii_recognizer("regex") == "regex"
+    with pytest.raises(NodePolicyError, match="pii"):
+        NodePolicy.from_node_config(deployed(tmp_path, pii="none"))
+
+
 def test_adversary_only_where_the_node_allows_it(tmp_path: Path):
     rc = tiny("adversary.ratio=1.0 adversary.kind=unreliable")
     assert client_components.build_agent(rc, deployed(tmp_path)).adversary is None
