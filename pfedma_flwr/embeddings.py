@@ -19,6 +19,15 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+# Lone surrogates cannot be UTF-8 encoded: the MiniLM tokenizer raised TypeError on one and
+# ended the ServerApp. The seam rejects them; this is the second line of defence.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def safe_text(t: object) -> str:
+    """``t`` as text any tokenizer accepts: non-strings stringified, lone surrogates replaced."""
+    s = t if isinstance(t, str) else str(t)
+    return _SURROGATE.sub("\ufffd", s) if _SURROGATE.search(s) else s
 
 
 @runtime_checkable
@@ -64,7 +73,8 @@ class _CachedEmbedder:
         raise NotImplementedError
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        texts = list(texts)
+        """Embed ``texts`` (any string, including lone surrogates, is accepted)."""
+        texts = [safe_text(t) for t in texts]
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))

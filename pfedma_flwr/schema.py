@@ -16,7 +16,9 @@ from pfedma_flwr.validation import (
     Limits,
     SchemaError,
     choice_,
+    excerpt,
     float_,
+    id_,
     int_,
     list_,
     no_extra,
@@ -188,7 +190,7 @@ class GlobalRule:
         if not isinstance(active, bool):
             raise SchemaError(f"{path}.active", f"expected a boolean, got {type(active).__name__}")
         return cls(
-            rule_id=str_(req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
+            rule_id=id_(req(d, "rule_id", path), f"{path}.rule_id", lim),
             text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
             category=str_(req(d, "category", path), f"{path}.category", lim, allow_empty=False),
             scope=choice_(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
@@ -233,7 +235,7 @@ class RuleFeedback:
         no_extra(d, path, {"rule_id", "d_trigger", "d_valid", "d_conflict"})
         try:
             return cls(
-                rule_id=str_(req(d, "rule_id", path), f"{path}.rule_id", lim, allow_empty=False),
+                rule_id=id_(req(d, "rule_id", path), f"{path}.rule_id", lim),
                 d_trigger=int_(req(d, "d_trigger", path), f"{path}.d_trigger", hi=10**9),
                 d_valid=int_(req(d, "d_valid", path), f"{path}.d_valid", hi=10**9),
                 d_conflict=int_(req(d, "d_conflict", path), f"{path}.d_conflict", hi=10**9),
@@ -273,7 +275,7 @@ class RoutedQuery:
         d = obj_(d, path)
         no_extra(d, path, {"query_id", "text", "domain", "round", "refinement", "answer_kind"})
         return cls(
-            query_id=str_(req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
+            query_id=id_(req(d, "query_id", path), f"{path}.query_id", lim),
             text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
             domain=str_(req(d, "domain", path), f"{path}.domain", lim),
             round=int_(req(d, "round", path), f"{path}.round", lo=1, hi=10**6),
@@ -354,7 +356,7 @@ class ProcessedResponse:
             if not isinstance(d.get(key, False), bool):
                 raise SchemaError(f"{path}.{key}", "expected a boolean")
         return cls(
-            query_id=str_(req(d, "query_id", path), f"{path}.query_id", lim, allow_empty=False),
+            query_id=id_(req(d, "query_id", path), f"{path}.query_id", lim),
             response=None
             if raw is None
             else StructuredResponse.from_dict(raw, f"{path}.response", lim),
@@ -415,9 +417,10 @@ class ClientReply:
             backend_calls=int_(d.get("backend_calls", 0), f"{path}.backend_calls", hi=10**9),
             tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=10**12),
             gen_seconds=float_(d.get("gen_seconds", 0.0), f"{path}.gen_seconds", lo=0.0),
+            # the key is untrusted text: paths name the entry by position, not by key
             extra={
-                str_(k, f"{path}.extra key", lim): float_(v, f"{path}.extra.{k}")
-                for k, v in extra.items()
+                id_(k, f"{path}.extra[{n}]", lim): float_(v, f"{path}.extra[{n}]")
+                for n, (k, v) in enumerate(extra.items())
             },
         )
 
@@ -425,4 +428,5 @@ class ClientReply:
 def _check_version(d: dict[str, Any], path: str) -> None:
     v = d.get("schema_version")
     if v != SCHEMA_VERSION:
-        raise SchemaError(f"{path}.schema_version", f"expected {SCHEMA_VERSION}, got {v!r}")
+        raise SchemaError(f"{path}.schema_version",
+                          f"expected {SCHEMA_VERSION}, got {excerpt(v)}")
