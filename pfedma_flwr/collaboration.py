@@ -93,11 +93,12 @@ class CollaborationEngine:
         self._rng = np.random.default_rng(settings.seed)
         self._n_tasks = len(tasks)
         self.last_round_record: dict[str, Any] = {}
-        # answers / answers_failed / failed_by_client: every answer asked of an agent and
-        # the reason code of each that failed (summary "generation", run status)
+        # answers / answers_failed / generation_failed / failed_by_client: every answer asked
+        # of an agent and the reason code of each that failed (summary "generation", status)
         self.totals: dict[str, Any] = {
             "failures": 0, "filtered": 0, "retained": 0, "rejected_items": 0,
-            "invalid_selections": 0, "answers": 0, "answers_failed": 0, "failed_by_client": {}}
+            "invalid_selections": 0, "answers": 0, "answers_failed": 0, "generation_failed": 0,
+            "failed_by_client": {}}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -405,8 +406,8 @@ class CollaborationEngine:
         """Run summary: accuracy, rounds/tokens/calls per query, rule repository size, status.
 
         ``generation`` counts the answers asked of agents and those that failed, by reason
-        code and client; ``status`` is ``failed:generation`` when more than
-        ``settings.max_failed_share`` of them failed, else ``completed``.
+        code and client; ``status`` is ``failed:generation`` when the agents did not produce
+        more than ``settings.max_failed_share`` of them, else ``completed``.
         """
         rules = self.rules.rules()
         out = {

@@ -221,8 +221,9 @@ def summary_problem(path: Path) -> str:
     where = ", ".join(sorted(str(c) for c in clients)[:8])
     detail = ""
     if gen:
-        detail = (f": {gen.get('failed')} of {gen.get('answers')} agent answers failed "
-                  f"(threshold {gen.get('max_failed_share')}), by reason "
+        detail = (f": {gen.get('generation_failed')} of {gen.get('answers')} agent answers "
+                  f"were not produced (threshold {gen.get('max_failed_share')}), failures by "
+                  "reason "
                   f"{dict(top[:5])}" + (f" on {where}" if where else ""))
     return f"its status is {status!r}{detail}"
 

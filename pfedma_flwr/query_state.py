@@ -13,8 +13,13 @@ from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.schema import ProcessedResponse, RoutedQuery, StructuredResponse
 
 #: ``summary.json`` status of a run in which more than ``max_failed_share`` of the answers
-#: asked of agents failed (dead endpoint, wrong model, unparsable output...)
+#: asked of agents were not produced (dead endpoint, wrong model, unparsable output...)
 GENERATION_FAILED = "failed:generation"
+#: Message-level failure codes (the strategy's ``failures``) in which the agent produced
+#: nothing: no reply in time, or its app raised. A reply rejected at the seam for its content
+#: (``malformed``, ``duplicate``...) is the defence against hostile clients doing its job:
+#: counted per client, but it does not make the run ``failed:generation``.
+NOT_PRODUCED_CODES = frozenset({"timeout", "error"})
 MAX_CODES_PER_CLIENT = 16
 _CODE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,48}")
 # "backend: connect: detail" (a code nested after "<prefix>: ") reads as "backend:connect"
@@ -166,8 +171,8 @@ def with_answer_failures(
     Parameters
     ----------
     totals : Mapping
-        Run totals with ``answers``, ``answers_failed`` and ``failed_by_client``
-        (``{client: {code: n}}``); missing keys start at zero.
+        Run totals with ``answers``, ``answers_failed``, ``generation_failed`` and
+        ``failed_by_client`` (``{client: {code: n}}``); missing keys start at zero.
     routed : Mapping[str, Sequence[str]]
         Query id → the clients it was sent to this round.
     got : Mapping[str, Mapping[str, ProcessedResponse]]
@@ -180,21 +185,26 @@ def with_answer_failures(
     dict
         A new totals dict. An answer fails when its client's message failed, when the reply
         left the query out (``missing``), or when it carries no response and no privacy
-        refusal (code of ``ProcessedResponse.error``, ``no_response`` if empty).
+        refusal (code of ``ProcessedResponse.error``, ``no_response`` if empty). It also
+        counts as ``generation_failed`` when the agent produced nothing: its own error
+        report, or a message failure in :data:`NOT_PRODUCED_CODES`.
     """
     by_client = {c: dict(v) for c, v in dict(totals.get("failed_by_client", {})).items()}
     asked = int(totals.get("answers", 0))
     failed = int(totals.get("answers_failed", 0))
+    not_produced = int(totals.get("generation_failed", 0))
     for qid, clients in routed.items():
         for c in clients:
             asked += 1
             pr = got.get(qid, {}).get(c)
             if c in failures:
                 code = reason_code(failures[c])
+                not_produced += code in NOT_PRODUCED_CODES
             elif pr is None:
                 code = "missing"
             elif pr.response is None and not pr.refused:
                 code = reason_code(pr.error) if pr.error.strip() else "no_response"
+                not_produced += 1
             else:
                 continue
             failed += 1
@@ -203,13 +213,19 @@ def with_answer_failures(
                 code = "other"  # a client inventing a new code per answer cannot grow this
             per[code] = per.get(code, 0) + 1
     return {**totals, "answers": asked, "answers_failed": failed,
-            "failed_by_client": dict(sorted(by_client.items()))}
+            "generation_failed": not_produced, "failed_by_client": dict(sorted(by_client.items()))}
 
 
 def generation_summary(totals: Mapping[str, Any], max_failed_share: float) -> dict[str, Any]:
-    """The ``generation`` block of ``summary.json``: how many answers failed, why and where."""
+    """The ``generation`` block of ``summary.json``: how many answers failed, why and where.
+
+    ``failed`` counts every answer asked that did not arrive usable; ``generation_failed``
+    those the agents did not produce (see :func:`with_answer_failures`), whose share decides
+    :func:`run_status`.
+    """
     asked = int(totals.get("answers", 0))
     failed = int(totals.get("answers_failed", 0))
+    not_produced = int(totals.get("generation_failed", 0))
     by_client = {c: dict(sorted(v.items()))
                  for c, v in sorted(dict(totals.get("failed_by_client", {})).items())}
     by_code: dict[str, int] = {}
@@ -218,20 +234,23 @@ def generation_summary(totals: Mapping[str, Any], max_failed_share: float) -> di
             by_code[code] = by_code.get(code, 0) + int(n)
     return {"answers": asked, "failed": failed,
             "failed_share": failed / asked if asked else 0.0,
+            "generation_failed": not_produced,
+            "generation_failed_share": not_produced / asked if asked else 0.0,
             "max_failed_share": max_failed_share,
             "failed_by_code": dict(sorted(by_code.items())), "failed_by_client": by_client}
 
 
 def run_status(summary: Mapping[str, Any]) -> str:
-    """``failed:generation`` if the summary's ``generation`` block is over its threshold.
+    """``failed:generation`` if more than ``max_failed_share`` of the answers were not produced.
 
-    Otherwise ``completed``; a summary without the block (older code) counts as completed.
+    Read from the summary's ``generation`` block; otherwise ``completed`` (also for a summary
+    without the block, written by older code).
     """
     gen = summary.get("generation")
     if not isinstance(gen, Mapping):
         return "completed"
     try:
-        over = float(gen["failed_share"]) > float(gen["max_failed_share"])
+        over = float(gen["generation_failed_share"]) > float(gen["max_failed_share"])
     except (KeyError, TypeError, ValueError):
         return "completed"
     return GENERATION_FAILED if over else "completed"

@@ -69,6 +69,9 @@ def test_answer_failures_by_client_and_code_by_hand():
     after = with_answer_failures(before, routed, got, failures)
     # 6 asked: q1 a/b/c, q2 a/c, q3 b; failed: q1 b (connect), q1 c + q2 c (timeout), q2 a
     assert after["answers"] == 10 + 6 and after["answers_failed"] == 1 + 4
+    # not produced by the agent: q1 b (its own error) and the two timeouts; "missing" is a
+    # reply that left a query out (a reply defect, like a malformed reply)
+    assert after["generation_failed"] == 3
     assert after["failed_by_client"] == {"a": {"missing": 2}, "b": {"backend:connect": 1},
                                          "c": {"timeout": 2}}
     assert after["failures"] == 3  # the per-message count is the engine's, untouched
@@ -79,6 +82,19 @@ def test_an_empty_error_without_response_is_no_response():
     after = with_answer_failures({}, {"q": ["a"]},
                                  {"q": {"a": ProcessedResponse("q", None, format_ok=False)}}, {})
     assert after["failed_by_client"] == {"a": {"no_response": 1}}
+    assert after["generation_failed"] == 1
+
+
+def test_seam_rejections_count_per_client_but_not_as_generation_failures():
+    # the strategy's reasons for whole messages (strategies/pfedma.py)
+    failures = {"a": "malformed reply: bad_json at reply", "b": "duplicate reply",
+                "c": "error reply (code 0): <'agent crashed'>",
+                "d": "timeout: no reply within the round", "e": "engine_error: x"}
+    after = with_answer_failures({}, {"q": sorted(failures)}, {}, failures)
+    assert after["failed_by_client"] == {"a": {"malformed": 1}, "b": {"duplicate": 1},
+                                         "c": {"error": 1}, "d": {"timeout": 1},
+                                         "e": {"engine_error": 1}}
+    assert after["answers_failed"] == 5 and after["generation_failed"] == 2  # c and d
 
 
 def test_a_client_cannot_grow_the_code_table():
@@ -91,17 +107,19 @@ def test_a_client_cannot_grow_the_code_table():
 
 
 def test_generation_summary_and_threshold():
-    totals = {"answers": 8, "answers_failed": 4,
-              "failed_by_client": {"b": {"timeout": 1}, "a": {"backend:connect": 2,
-                                                              "timeout": 1}}}
+    totals = {"answers": 8, "answers_failed": 6, "generation_failed": 4,
+              "failed_by_client": {"b": {"timeout": 1, "malformed": 2},
+                                   "a": {"backend:connect": 2, "timeout": 1}}}
     gen = generation_summary(totals, 0.5)
-    assert gen == {"answers": 8, "failed": 4, "failed_share": 0.5, "max_failed_share": 0.5,
-                   "failed_by_code": {"backend:connect": 2, "timeout": 2},
+    assert gen == {"answers": 8, "failed": 6, "failed_share": 0.75, "generation_failed": 4,
+                   "generation_failed_share": 0.5, "max_failed_share": 0.5,
+                   "failed_by_code": {"backend:connect": 2, "malformed": 2, "timeout": 2},
                    "failed_by_client": {"a": {"backend:connect": 2, "timeout": 1},
-                                        "b": {"timeout": 1}}}
-    # "most generations fail" is strictly more than the share: 4/8 is not, 5/8 is
+                                        "b": {"malformed": 2, "timeout": 1}}}
+    # "most generations fail" is strictly more than the share of answers NOT PRODUCED: 4/8 is
+    # not (the two malformed replies do not count), 5/8 is
     assert run_status({"generation": gen}) == "completed"
-    five = generation_summary({**totals, "answers_failed": 5}, 0.5)
+    five = generation_summary({**totals, "generation_failed": 5}, 0.5)
     assert run_status({"generation": five}) == GENERATION_FAILED == "failed:generation"
     assert run_status({"generation": generation_summary(totals, 0.49)}) == GENERATION_FAILED
     assert generation_summary({}, 0.5)["failed_share"] == 0.0  # nothing asked: not failed
@@ -119,7 +137,7 @@ def test_threshold_must_be_a_share(share):
 
 def test_summary_json_never_says_completed_over_its_own_counts(tmp_path: Path):
     w = ResultsWriter(tmp_path / "out")
-    gen = generation_summary({"answers": 4, "answers_failed": 4,
+    gen = generation_summary({"answers": 4, "answers_failed": 4, "generation_failed": 4,
                               "failed_by_client": {"a": {"backend:connect": 4}}}, 0.5)
     w.summary({"status": "completed", "generation": gen})  # what server_app passes
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == \
@@ -202,7 +220,8 @@ def _fake_launch(monkeypatch, tmp_path: Path, summary: dict | None, status: str)
 
 
 def test_launcher_exits_nonzero_for_a_failed_generation_run(tmp_path, monkeypatch, capsys):
-    gen = generation_summary({"answers": 20, "answers_failed": 20, "failed_by_client": {
+    gen = generation_summary({"answers": 20, "answers_failed": 20, "generation_failed": 20,
+                              "failed_by_client": {
         "partition-0": {"backend:connect": 12}, "partition-1": {"backend:connect": 8}}}, 0.5)
     _fake_launch(monkeypatch, tmp_path, {"status": "failed:generation", "generation": gen},
                  "finished:completed")
@@ -211,8 +230,8 @@ def test_launcher_exits_nonzero_for_a_failed_generation_run(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert rc == 2
     assert "run 5 finished, but its status is 'failed:generation': 20 of 20 agent answers " \
-           "failed (threshold 0.5), by reason {'backend:connect': 20} on partition-0, " \
-           "partition-1" in err
+           "were not produced (threshold 0.5), failures by reason {'backend:connect': 20} on " \
+           "partition-0, partition-1" in err
 
 
 def test_launcher_exit_codes_for_success_and_flower_failure(tmp_path, monkeypatch, capsys):
