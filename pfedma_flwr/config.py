@@ -242,7 +242,7 @@ class ConfigError(ValueError):
 
 
 _TRUE = frozenset({"true", "1", "yes", "y", "on"})
-_FALSE = frozenset({"false", "0", "no", "n", "off", ""})
+_FALSE = frozenset({"false", "0", "no", "n", "off"})
 
 
 def parse_bool(value: Any, key: str) -> bool:
@@ -361,7 +361,7 @@ def parse_overrides(text: str) -> DictConfig:
         key, _, value = item.partition("=")
         if key.strip() in bool_keys:
             # OmegaConf alone would take "2" or "maybe"-like ints as True
-            parse_bool(value, f"override {key.strip()}")
+            parse_bool(value.strip().strip("'\""), f"override {key.strip()}")
     try:
         return OmegaConf.from_dotlist(items)
     except OmegaConfBaseException as e:

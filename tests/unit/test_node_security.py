@@ -334,7 +334,7 @@ def test_parse_bool(value: object, expected: bool):
     assert parse_bool(value, "k") is expected
 
 
-@pytest.mark.parametrize("value", ["maybe", "2", 2, -1, 0.0, "truee", None])
+@pytest.mark.parametrize("value", ["maybe", "2", 2, -1, 0.0, "truee", None, ""])
 def test_parse_bool_rejects_and_names_the_key(value: object):
     with pytest.raises(ConfigError, match="my-key"):
         parse_bool(value, "my-key")
@@ -356,6 +356,7 @@ def test_bad_resume_names_the_key():
 @pytest.mark.parametrize(("override", "expected"), [
     ("routing.refine_query=no", False), ("routing.use_capability=0", False),
     ("output.resume=false", False), ("routing.adaptive_k=yes", True),
+    ("routing.refine_query='false'", False),  # quoted: OmegaConf reads the string
 ])
 def test_bool_overrides_are_typed(override: str, expected: bool):
     cfg = load_config(tiny(override))
