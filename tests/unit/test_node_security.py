@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Message, RecordDict
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client_apps.agent_app import app as client_app
 from pfedma_flwr import client_components
@@ -157,6 +159,22 @@ def test_interpolation_in_overrides_refused(value: str, monkeypatch: pytest.Monk
     assert SECRET not in str(e.value)
 
 
+_IDENT = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,12}", fullmatch=True)
+_TEXT = st.text(st.characters(codec="ascii", exclude_characters="'\"\\ \n\r\t"), max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(resolver=_IDENT, arg=_TEXT, before=_TEXT, after=_TEXT,
+       key=st.sampled_from(["agent.backend.model", "agent.profiles", "output.dir",
+                            "strategy.t_max", "agent.backend.options.x"]))
+def test_any_interpolation_in_any_override_refused(resolver: str, arg: str, before: str,
+                                                   after: str, key: str):
+    # any resolver name, argument and surrounding text: the class, not the measured case
+    value = f"{before}${{{resolver}:{arg}}}{after}"
+    with pytest.raises(ConfigError, match="interpolation"):
+        load_config(tiny(f"{key}='{value}'"))
+
+
 @pytest.mark.parametrize("key", ["output-dir", "data-dir", "config-name", "resume"])
 def test_interpolation_in_flat_run_config_keys_refused(key: str,
                                                        monkeypatch: pytest.MonkeyPatch):
@@ -178,6 +196,11 @@ def test_interpolation_never_reaches_the_handshake(monkeypatch: pytest.MonkeyPat
 def test_interpolation_in_node_config_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="backend-url"):
         NodePolicy.from_node_config(deployed(tmp_path, **{"backend-url": "${oc.env:X}"}))
+
+
+@pytest.mark.parametrize("value", ["cost$5", "$ {x}", "a$b{c}", "$$x", "a{b"])
+def test_dollar_or_braces_alone_are_plain_text(value: str):
+    assert load_config(tiny(f"agent.backend.model='{value}'")).agent.backend.model == value
 
 
 def test_project_yaml_may_still_interpolate():
