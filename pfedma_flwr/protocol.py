@@ -7,10 +7,11 @@ the dataclass as JSON (``schema_version`` inside). Decoding never raises anythin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -235,6 +236,50 @@ class ClientDescription:
                           cap=lim.max_id_chars),
             client_key=key,
         )
+
+
+# ------------------------------------------------------------------ node identity
+
+IDENTITY_MODES: tuple[str, ...] = ("auto", "node", "declared")
+
+
+def node_client_key(node_id: int, public_key: bytes) -> str:
+    """The engine key of a node from what the SuperLink authenticated about it.
+
+    In deployment every Fleet request is signed with the SuperNode's private key and its node
+    id is bound to that public key (Flower 1.42 ``NodeAuthServerInterceptor``), so the key's
+    fingerprint is an identity no other node can present; it is stable across runs while the
+    node keeps its key file (``--auth-supernode-private-key``). Without a key: the node id.
+    """
+    if public_key:
+        return "key-" + hashlib.sha256(public_key).hexdigest()[:16]
+    return f"node-{node_id}"
+
+
+def assign_client_keys(
+    claims: Mapping[int, tuple[str, bytes]], mode: str
+) -> tuple[dict[int, str], dict[int, str]]:
+    """Engine key per node, and the nodes left out of routing with the reason.
+
+    ``claims`` maps node id → (declared ``client_key``, public key bytes). ``mode`` ``"node"``
+    ignores the declaration (a label only); ``"declared"`` (simulation, where the operator runs
+    every ClientApp) uses it when present. A key that two or more nodes resolve to is given to
+    none of them: neither claimant can take over the other's reputation, and nobody is renamed.
+    """
+    if mode not in ("node", "declared"):
+        raise ValueError(f"identity mode must be 'node' or 'declared', got {mode!r}")
+    keys = {n: declared if mode == "declared" and declared else node_client_key(n, pk)
+            for n, (declared, pk) in claims.items()}
+    holders: dict[str, list[int]] = {}
+    for n, k in keys.items():
+        holders.setdefault(k, []).append(n)
+    rejected: dict[int, str] = {}
+    for k, nodes in holders.items():
+        if len(nodes) > 1:
+            for n in nodes:
+                rejected[n] = f"duplicate_key: {k!r} claimed by {len(nodes)} nodes"
+                del keys[n]
+    return keys, rejected
 
 
 def encode_description(desc: ClientDescription) -> RecordDict:

@@ -7,6 +7,7 @@ only turns engine plans into ``query.respond`` messages and replies back into da
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,18 +18,22 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from pfedma_flwr.collaboration import CollaborationEngine
 from pfedma_flwr.protocol import (
+    IDENTITY_MODES,
     QUERY_DESCRIBE,
     QUERY_RESPOND,
     ClientDescription,
+    assign_client_keys,
     decode_description,
     decode_reply,
     empty_content,
     encode_instruction,
 )
 from pfedma_flwr.schema import DEFAULT_LIMITS, ClientReply, Limits, SchemaError
+from pfedma_flwr.validation import excerpt
 
 RoundHook = Callable[[int, dict[str, Any]], None]
 
@@ -61,6 +66,13 @@ class PFedMA(Strategy):
     on_round_end : Callable[[int, dict], None] | None (default: None)
         Called with the round number and the round record after each round (logging, W&B,
         checkpoints) so the loop never needs copying.
+    identity : str (default: "auto")
+        Where a node's engine key comes from (docs/threat_model.md). ``"node"``: what the
+        SuperLink authenticated (public-key fingerprint, else node id); the client's declared
+        ``client_key`` is only a label. ``"declared"``: the declared key (simulation, where
+        every ClientApp is the operator's code; stable across a resume). ``"auto"``:
+        ``"declared"`` on Flower's simulation grid or when no node has a public key, else
+        ``"node"``. In every mode a key claimed by two nodes is given to neither.
 
     Notes
     -----
@@ -76,6 +88,7 @@ class PFedMA(Strategy):
         node_wait_timeout: float = 120.0,
         limits: Limits = DEFAULT_LIMITS,
         on_round_end: RoundHook | None = None,
+        identity: str = "auto",
     ) -> None:
         if round_timeout <= 0:
             raise ValueError(f"round_timeout must be > 0 seconds, got {round_timeout}")
@@ -83,12 +96,17 @@ class PFedMA(Strategy):
             raise ValueError(f"min_nodes must be >= 1, got {min_nodes}")
         if node_wait_timeout < 0:
             raise ValueError(f"node_wait_timeout must be >= 0, got {node_wait_timeout}")
+        if identity not in IDENTITY_MODES:
+            raise ValueError(f"identity must be one of {list(IDENTITY_MODES)}, got {identity!r}")
         self.engine = engine
         self.round_timeout = round_timeout
         self.min_nodes = min_nodes
         self.node_wait_timeout = node_wait_timeout
         self.limits = limits
         self.on_round_end = on_round_end
+        self.identity = identity
+        # Handshake outcome for the summary: the mode used and the nodes left out, with why.
+        self.identity_log: dict[str, Any] = {}
         self._sent: dict[str, int] = {}
         # Engine ids are stable client keys; Flower node ids are random per run.
         self._node_of: dict[str, int] = {}
@@ -135,7 +153,12 @@ class PFedMA(Strategy):
         parsed: dict[str, ClientReply] = {}
         failures: dict[str, str] = {}
         for msg in replies:
-            client_id = self._key_of.get(msg.metadata.src_node_id, str(msg.metadata.src_node_id))
+            try:
+                node = msg.metadata.src_node_id
+                client_id = self._key_of.get(node, f"node-{node}")
+            except Exception as e:  # noqa: BLE001 - a reply without metadata names nobody
+                log(WARNING, "Reply without readable metadata ignored (%s)", type(e).__name__)
+                continue
             if client_id not in self._sent:
                 log(WARNING, "Reply from node %s that was not asked this round: ignored", client_id)
                 continue
@@ -143,19 +166,95 @@ class PFedMA(Strategy):
                 failures[client_id] = "duplicate reply"
                 parsed.pop(client_id, None)
                 continue
-            if msg.has_error():
-                failures[client_id] = f"error reply (code {msg.error.code}): {msg.error.reason}"
-                continue
             try:
+                if msg.has_error():
+                    failures[client_id] = (f"error reply (code {excerpt(msg.error.code)}): "
+                                           f"{excerpt(msg.error.reason, 200)}")
+                    continue
                 parsed[client_id] = decode_reply(msg.content, self.limits)
             except SchemaError as e:
-                failures[client_id] = f"malformed reply: {e}"
+                failures[client_id] = f"malformed reply: {e.coded()}"
+            except Exception as e:  # noqa: BLE001 - one client's reply never ends the run
+                failures[client_id] = f"malformed reply: internal at reply: {type(e).__name__}"
         for client_id in self._sent:
             if client_id not in parsed and client_id not in failures:
                 failures[client_id] = "timeout: no reply within the round"
-        record = self.engine.absorb_round(server_round, parsed, failures)
+        record = self._absorb(server_round, parsed, failures)
         metrics = MetricRecord({k: float(v) for k, v in record["metrics"].items()})
         return None, metrics
+
+    # ------------------------------------------------------------------ engine guard
+
+    def _snapshot(self) -> dict[str, Any]:
+        """A copy of the engine's state; plug-ins, callbacks and read-only data are shared."""
+        e = vars(self.engine)
+        shared = [self.engine.orchestrator, self.engine.judge, self.engine.embedder,
+                  self.engine.recognizer, self.engine.on_query_end, self.engine.finished,
+                  *(e[k] for k in ("settings", "_tasks", "_task_ids", "clients", "_profile_emb")
+                    if k in e)]
+        shared = [o for o in shared if o is not None]
+        state = copy.deepcopy(e, {id(o): o for o in shared})
+        return {"state": state, "shared": shared, "n_finished": len(self.engine.finished)}
+
+    def _restore(self, snap: dict[str, Any]) -> None:
+        # a fresh copy each time: the engine mutates whatever it is given
+        fresh = copy.deepcopy(snap["state"], {id(o): o for o in snap["shared"]})
+        vars(self.engine).update(fresh)
+        del self.engine.finished[snap["n_finished"]:]
+
+    def _absorb(self, server_round: int, parsed: dict[str, ClientReply],
+                failures: dict[str, str]) -> dict[str, Any]:
+        """``engine.absorb_round``; a client whose content makes it raise becomes a failure.
+
+        The engine state is copied first and queries it finishes are held back until the
+        round is absorbed, so a failed attempt leaves no trace; each replying client is then
+        tried alone on a copy, the ones that raise are recorded as ``engine_error`` failures,
+        and the round is absorbed without them. An error no single client provokes is a bug
+        and propagates (the last checkpoint stays intact).
+        """
+        try:
+            snap = self._snapshot()
+        except Exception as e:  # noqa: BLE001 - a plug-in that cannot be copied: no guard
+            log(WARNING, "engine state cannot be copied (%s): absorbing unguarded", e)
+            return self.engine.absorb_round(server_round, parsed, failures)
+        sink, held = self.engine.on_query_end, []
+        self.engine.on_query_end = held.append
+        try:
+            try:
+                record = self.engine.absorb_round(server_round, parsed, failures)
+            except Exception as first:  # noqa: BLE001 - isolated below, re-raised if a bug
+                self._restore(snap)
+                self.engine.on_query_end, held[:] = held.append, []
+                culprits = self._culprits(server_round, parsed, snap)
+                if not culprits:
+                    raise first
+                for cid, err in culprits.items():
+                    log(WARNING, "Round %s: the engine raised %s on %s's reply: recorded as a "
+                        "failure", server_round, err, cid)
+                    failures[cid] = f"engine_error: {err} while absorbing this client's reply"
+                    del parsed[cid]
+                self._restore(snap)
+                self.engine.on_query_end = held.append
+                record = self.engine.absorb_round(server_round, parsed, failures)
+        finally:
+            self.engine.on_query_end = sink
+        if sink is not None:
+            for rec in held:
+                sink(rec)
+        return record
+
+    def _culprits(self, server_round: int, parsed: dict[str, ClientReply],
+                  snap: dict[str, Any]) -> dict[str, str]:
+        """Clients whose reply alone makes ``absorb_round`` raise (each on a fresh copy)."""
+        out: dict[str, str] = {}
+        for cid in sorted(parsed):
+            self._restore(snap)
+            self.engine.on_query_end = None
+            try:
+                self.engine.absorb_round(server_round, {cid: parsed[cid]}, {})
+            except Exception as e:  # noqa: BLE001 - the point is to find who provokes one
+                out[cid] = type(e).__name__
+        return out
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -186,32 +285,62 @@ class PFedMA(Strategy):
             time.sleep(0.5)
 
     def handshake(self, grid: Grid, nodes: list[int]) -> dict[str, ClientDescription]:
-        """Ask every node for its public profile; nodes that fail are left out of routing."""
+        """Ask every node for its public profile; bind each to a key (see ``identity``).
+
+        Nodes that fail, send a malformed description, or resolve to a key another node also
+        resolves to are left out of routing, logged, and listed in :attr:`identity_log`.
+        """
         msgs = [
             Message(content=empty_content(), dst_node_id=n, message_type=QUERY_DESCRIBE,
                     group_id="0", ttl=self.round_timeout + 60)
             for n in nodes
         ]
-        out: dict[str, ClientDescription] = {}
-        for r in sorted(grid.send_and_receive(msgs, timeout=self.round_timeout),
-                        key=lambda m: m.metadata.src_node_id):
-            node = r.metadata.src_node_id
-            if r.has_error():
-                log(WARNING, "Node %s failed the handshake: %s", node, r.error.reason)
-                continue
+        descs: dict[int, ClientDescription] = {}
+        left_out: dict[int, str] = {}
+        asked = set(nodes)
+        for r in grid.send_and_receive(msgs, timeout=self.round_timeout):
             try:
-                desc = decode_description(r.content, self.limits)
+                node = int(r.metadata.src_node_id)
+                if node not in asked or node in descs or node in left_out:
+                    continue  # unsolicited or repeated: the first answer counts
+                if r.has_error():
+                    left_out[node] = f"error reply: {excerpt(r.error.reason, 200)}"
+                    continue
+                descs[node] = decode_description(r.content, self.limits)
             except SchemaError as e:
-                log(WARNING, "Node %s sent a malformed description: %s", node, e)
-                continue
-            key = desc.client_key or f"node-{node}"
-            if key in out:
-                log(WARNING, "Client key %r claimed twice; node %s becomes %r", key, node,
-                    f"{key}@{node}")
-                key = f"{key}@{node}"
-            out[key] = desc
+                left_out[node] = f"malformed description: {e.coded()}"
+            except Exception as e:  # noqa: BLE001 - one node's answer never ends the run
+                left_out[node] = f"malformed description: internal ({type(e).__name__})"
+        mode = self._identity_mode(grid)
+        pks = self._public_keys(grid)
+        keys, dup = assign_client_keys(
+            {n: (d.client_key, pks.get(n, b"")) for n, d in descs.items()}, mode)
+        left_out.update(dup)
+        for node, why in sorted(left_out.items()):
+            log(WARNING, "Node %s left out of routing: %s", node, why)
+        out: dict[str, ClientDescription] = {}
+        for node, key in sorted(keys.items(), key=lambda kv: kv[1]):
+            out[key] = descs[node]
             self._node_of[key], self._key_of[node] = node, key
+        self.identity_log = {"mode": mode, "left_out": {str(n): w for n, w in left_out.items()}}
         return out
+
+    def _identity_mode(self, grid: Grid) -> str:
+        if self.identity != "auto":
+            return self.identity
+        if isinstance(grid, InMemoryGrid):  # Flower simulation: keys are random per run
+            return "declared"
+        return "node" if self._public_keys(grid) else "declared"
+
+    @staticmethod
+    def _public_keys(grid: Grid) -> dict[int, bytes]:
+        """Node id → public key as the SuperLink registered it (empty where none is known)."""
+        try:
+            return {int(i.node_id): bytes(i.public_key) for i in grid.get_nodes()
+                    if i.public_key}
+        except Exception as e:  # noqa: BLE001 - a grid without node info: ids only
+            log(WARNING, "grid.get_nodes() failed (%s): identities from node ids", e)
+            return {}
 
     def start(  # type: ignore[override]
         self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
@@ -253,7 +382,8 @@ class PFedMA(Strategy):
             if self.on_round_end is not None:
                 self.on_round_end(server_round, self.engine.last_round_record)
         self.engine.finish_all("round budget exhausted")
-        result.summary = self.engine.summary(wall_seconds=time.time() - t0)
+        result.summary = {**self.engine.summary(wall_seconds=time.time() - t0),
+                          "identity": self.identity_log}
         log(INFO, "PFedMA finished in %.1fs: %s", time.time() - t0,
             {k: result.summary[k] for k in ("accuracy", "num_queries") if k in result.summary})
         return result
