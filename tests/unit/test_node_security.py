@@ -90,6 +90,16 @@ def test_registry_refuses_every_import_when_plugins_are_off(probe: Path):
     assert reg.get("os.path:join") is not None  # default (server, tests): imports allowed
 
 
+@settings(max_examples=200, deadline=None)
+@given(name=st.builds(lambda a, b: f"{a}:{b}", st.text(max_size=20), st.text(max_size=20)))
+def test_any_colon_name_refused_without_import(name: str):
+    reg: Registry[object] = Registry("thing")
+    before = set(sys.modules)
+    with plugin_imports(False), pytest.raises(PluginImportRefused):
+        reg.get(name)
+    assert set(sys.modules) == before
+
+
 @pytest.mark.parametrize("override", [
     f"agent.backend.name={PROBE}:Backend",                  # the LLM backend
     "agent.backend.name=subprocess:run",                   # the measured case
