@@ -213,19 +213,21 @@ def summary_problem(path: Path) -> str:
     status = summary.get("status")
     if status == "completed":
         return ""
-    gen = summary.get("generation") if isinstance(summary.get("generation"), dict) else {}
-    codes = gen.get("failed_by_code") if isinstance(gen.get("failed_by_code"), dict) else {}
+    gen = _obj(summary.get("generation"))
+    codes = _obj(gen.get("failed_by_code"))
     top = sorted(((str(k), v) for k, v in codes.items() if isinstance(v, int)),
                  key=lambda kv: (-kv[1], kv[0]))
-    clients = gen.get("failed_by_client") if isinstance(gen.get("failed_by_client"), dict) else {}
-    where = ", ".join(sorted(str(c) for c in clients)[:8])
+    where = ", ".join(sorted(str(c) for c in _obj(gen.get("failed_by_client")))[:8])
     detail = ""
     if gen:
         detail = (f": {gen.get('generation_failed')} of {gen.get('answers')} agent answers "
                   f"were not produced (threshold {gen.get('max_failed_share')}), failures by "
-                  "reason "
-                  f"{dict(top[:5])}" + (f" on {where}" if where else ""))
+                  f"reason {dict(top[:5])}" + (f" on {where}" if where else ""))
     return f"its status is {status!r}{detail}"
+
+
+def _obj(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
 
 
 def _status(run_id: int, env: dict[str, str]) -> str:
