@@ -64,6 +64,7 @@ SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-dir",
                "min-rule-mode", "pii", "allow-run-endpoint", "allow-plugins", "allow-adversary")
 PII_RECOGNIZERS = ("presidio", "regex")
+NODE_KEYS = frozenset({*POLICY_KEYS, *SIMULATION_KEYS, "profile", "client-id", "state-dir"})
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 #: backend ``options`` keys that would bypass the node-owned fields
 _ENDPOINT_OPTIONS = frozenset({"base_url", "api_key_env", "api_key", "data_dir"})
@@ -133,6 +134,10 @@ class NodePolicy:
                        simulated=True)
         for k in POLICY_KEYS:
             reject_interpolation(node.get(k), f"node config {k!r}")
+        unknown = sorted(set(node) - NODE_KEYS)
+        if unknown:  # a misspelt key falls back to its (strict) default: say so
+            logger.warning("node config keys %s are not used by PFedMA (known: %s)", unknown,
+                           sorted(NODE_KEYS))
         return cls(
             backend=_text(node, "backend"), model=_text(node, "backend-model"),
             base_url=_text(node, "backend-url"),

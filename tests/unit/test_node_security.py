@@ -403,6 +403,12 @@ def test_bad_bool_override_names_the_key(override: str):
         load_config(tiny(override))
 
 
+def test_misspelt_node_key_warns_and_stays_strict(tmp_path: Path, caplog):
+    with caplog.at_level(logging.WARNING, logger="pfedma_flwr.node_security"):
+        policy = NodePolicy.from_node_config(deployed(tmp_path, **{"allow-plugin": True}))
+    assert not policy.allow_plugins and "allow-plugin" in caplog.text
+
+
 def test_node_config_booleans_are_typed(tmp_path: Path):
     assert not NodePolicy.from_node_config(deployed(tmp_path, **{
         "allow-plugins": "false"})).allow_plugins
