@@ -4,21 +4,18 @@ The run config is written by whoever submits a run; the node config (``flower-su
 --node-config``) by whoever operates the node. Settings that spend a node's secrets, run code on
 it or weaken its privacy enforcement are therefore the node's:
 
-================  ======================  =====================================================
-node-config key   default (deployed)      effect
-================  ======================  =====================================================
-``backend``       "" (the run's choice)   backend name; the run may pick only registered names
-``backend-model`` "" (the run's choice)   model id / path of that backend
-``backend-url``   ""                      endpoint of an ``openai`` backend
-``api-key-env``   ``OPENAI_API_KEY``      name of the variable holding the endpoint's key
-``data-dir``      "" (package default)    benchmark data of this node
-``min-rule-mode`` ``full``                weakest ``rules.mode`` the node runs (RULE_MODE_RANK)
-``pii``           "" (the run's choice)   PII recognizer of the node's rules: presidio | regex
-``allow-run-endpoint`` false              take ``base_url`` / ``api_key_env`` / data dir from
-                                          the run config when the node sets none
-``allow-plugins`` false                   let the run config name ``module:attr`` code
-``allow-adversary`` false                 let ``adversary.ratio`` make this node act malicious
-================  ======================  =====================================================
+- ``backend`` (default: the run's choice): backend name; the run may pick only registered
+  names;
+- ``backend-model`` (the run's choice): model id / path of that backend;
+- ``backend-url`` (none): endpoint of an ``openai`` backend;
+- ``api-key-env`` (``OPENAI_API_KEY``): name of the variable holding the endpoint's key;
+- ``data-dir`` (package default): benchmark data of this node;
+- ``min-rule-mode`` (``full``): weakest ``rules.mode`` the node runs (:data:`RULE_MODE_RANK`);
+- ``pii`` (the run's choice): PII recognizer of the node's rules, presidio | regex;
+- ``allow-run-endpoint`` (false): take ``base_url`` / ``api_key_env`` / data dir from the run
+  config when the node sets none;
+- ``allow-plugins`` (false): let the run config name ``module:attr`` code;
+- ``allow-adversary`` (false): let ``adversary.ratio`` make this node act malicious.
 
 A node whose config holds only Flower's simulation keys (``partition-id``, ``num-partitions``)
 is a *simulated* node: Flower's simulation engine builds that config itself, so no operator
@@ -40,7 +37,6 @@ from typing import Any
 
 from pfedma_flwr.config import (
     CONF_DIR,
-    RULE_MODES,
     BackendConfig,
     ConfigError,
     config_path,
@@ -56,7 +52,6 @@ logger = logging.getLogger(__name__)
 #: themselves; full runs all of them. A requested mode ranked below the node's minimum is
 #: raised to the minimum; modes of equal rank are all allowed.
 RULE_MODE_RANK: dict[str, int] = {"NR": 0, "SR": 1, "LE": 2, "G2L": 2, "L2G": 2, "full": 3}
-assert set(RULE_MODE_RANK) == set(RULE_MODES)
 
 SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: node-config keys of this module (the others: partition-id, num-partitions, profile,

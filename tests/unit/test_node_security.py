@@ -20,7 +20,13 @@ from hypothesis import strategies as st
 from client_apps.agent_app import app as client_app
 from pfedma_flwr import client_components
 from pfedma_flwr.agents.backends import make_backend
-from pfedma_flwr.config import BackendConfig, ConfigError, load_config, parse_bool
+from pfedma_flwr.config import (
+    RULE_MODES,
+    BackendConfig,
+    ConfigError,
+    load_config,
+    parse_bool,
+)
 from pfedma_flwr.node_security import (
     RULE_MODE_RANK,
     NodePolicy,
@@ -314,6 +320,7 @@ def test_rule_mode_never_below_the_minimum(minimum: str, requested: str, enforce
 
 
 def test_rule_mode_order():
+    assert set(RULE_MODE_RANK) == set(RULE_MODES)  # every mode of the config is ranked
     assert RULE_MODE_RANK["NR"] < RULE_MODE_RANK["SR"] < RULE_MODE_RANK["LE"]
     assert RULE_MODE_RANK["LE"] == RULE_MODE_RANK["G2L"] == RULE_MODE_RANK["L2G"]
     assert RULE_MODE_RANK["L2G"] < RULE_MODE_RANK["full"]
