@@ -22,7 +22,8 @@ is a *simulated* node: Flower's simulation engine builds that config itself, so 
 could have set anything else, and the run submitter owns the machine and ships the ClientApp
 code anyway. Simulated nodes keep the run's endpoint, data dir, rule mode and adversary (the
 ablation and robustness presets need them); they still refuse ``module:attr`` plug-ins from the
-run config.
+run config unless the environment of the simulating process (the machine owner's) sets
+``PFEDMA_ALLOW_PLUGINS=1``.
 Every SuperNode of a deployment sets at least ``state-dir`` or ``data-dir`` and is a deployed
 node with the strict defaults above.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +63,8 @@ POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-d
 PII_RECOGNIZERS = ("presidio", "regex")
 NODE_KEYS = frozenset({*POLICY_KEYS, *SIMULATION_KEYS, "profile", "client-id", "state-dir"})
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+#: simulated nodes have no node config of their own; this variable of the process is theirs
+ALLOW_PLUGINS_ENV = "PFEDMA_ALLOW_PLUGINS"
 #: backend ``options`` keys that would bypass the node-owned fields
 _ENDPOINT_OPTIONS = frozenset({"base_url", "api_key_env", "api_key", "data_dir"})
 
@@ -121,11 +125,18 @@ class NodePolicy:
                                   "plug-in; set allow-plugins=true to load it")
 
     @classmethod
-    def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
-        """The policy of a node from its ``context.node_config`` (module docstring)."""
+    def from_node_config(cls, node_config: Mapping[str, Any],
+                         environ: Mapping[str, str] | None = None) -> NodePolicy:
+        """The policy of a node from its ``context.node_config`` (module docstring).
+
+        ``environ`` (default ``os.environ``) is read only for a simulated node.
+        """
         node = dict(node_config)
         if set(node) <= SIMULATION_KEYS:
+            env = os.environ if environ is None else environ
             return cls(min_rule_mode="NR", allow_run_endpoint=True, allow_adversary=True,
+                       allow_plugins=parse_bool(env.get(ALLOW_PLUGINS_ENV, "0"),
+                                                f"environment variable {ALLOW_PLUGINS_ENV}"),
                        simulated=True)
         for k in POLICY_KEYS:
             reject_interpolation(node.get(k), f"node config {k!r}")

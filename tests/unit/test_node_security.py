@@ -122,11 +122,24 @@ def test_run_config_plugin_refused_on_deployed_node(override: str, probe: Path,
     assert not probe.exists()  # refused before any import: no module code ran
 
 
-def test_run_config_plugin_refused_on_simulated_node(probe: Path):
+def test_run_config_plugin_refused_on_simulated_node(probe: Path,
+                                                     monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("PFEDMA_ALLOW_PLUGINS", raising=False)
     with pytest.raises(ConfigError, match="allow-plugins"):
         client_components.build_agent(tiny(f"agent.backend.name={PROBE}:Backend"),
                                       {"partition-id": 0, "num-partitions": 2})
     assert not probe.exists()
+
+
+def test_simulated_node_plugins_only_with_the_owners_environment():
+    sim = {"partition-id": 0, "num-partitions": 2}
+    assert not NodePolicy.from_node_config(sim, environ={}).allow_plugins
+    assert NodePolicy.from_node_config(sim, environ={"PFEDMA_ALLOW_PLUGINS": "1"}).allow_plugins
+    # a deployed node ignores the variable: its node config decides
+    assert not NodePolicy.from_node_config({**sim, "state-dir": "/s"},
+                                           environ={"PFEDMA_ALLOW_PLUGINS": "1"}).allow_plugins
+    with pytest.raises(ConfigError, match="PFEDMA_ALLOW_PLUGINS"):
+        NodePolicy.from_node_config(sim, environ={"PFEDMA_ALLOW_PLUGINS": "perhaps"})
 
 
 def test_plugin_imported_only_with_node_permission(probe: Path, tmp_path: Path):
