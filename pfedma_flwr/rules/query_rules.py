@@ -26,8 +26,9 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from pfedma_flwr.rules.model import PrivacyRule, from_global
+from pfedma_flwr.rules.model import PrivacyRule, Span, from_global
 from pfedma_flwr.rules.pii import PiiRecognizer, PiiSpan
+from pfedma_flwr.rules.pii_filters import plausible_person
 from pfedma_flwr.rules.safety import MatchBudget
 from pfedma_flwr.rules.spans import redact, run_rules
 from pfedma_flwr.schema import GlobalRule
@@ -49,18 +50,6 @@ QUERY_ENTITIES: tuple[str, ...] = (
 QUERY_MATCH_BUDGET_S = 0.25
 
 _OPTION_LINE = re.compile(r"(?m)^[ \t]*(?:\([A-Ja-j]\)|[A-Ja-j][.)])[ \t].*$")
-_NAME_TOKEN = re.compile(r"[A-Z][a-z]*(?:[A-Z][a-z]+)?(?:['’\-][A-Za-z]+)*\.?(?:['’]s)?")
-#: Stems of drug names (INN stems); a one-word PERSON span ending in one is a drug, not a person.
-_DRUG_STEM = re.compile(
-    r"(?i)(?:pril|sartan|statin|mab|tinib|azole|cillin|mycin|cycline|vir|olol|dipine|oxacin|"
-    r"parin|profen|triptan|azepam|afil|tidine|prazole|semide|thiazide|formin|gliptin|glitazone|"
-    r"setron|oxetine|ipramine|triptyline|stigmine|zapine|apine|odrine|drine|sone|olone|caine|"
-    r"phylline|amine|idine|azine|ridone|peridol|platin|rubicin|taxel|trexate|lukast|terol|"
-    r"tropium|curium|barbital|fenac|coxib|dronate|lutamide|tadine|fibrate|xaban|gatran|umab|"
-    r"ximab|zumab|zolam|done|pramine|phine|nidine)$"
-)
-
-
 class RuleQuarantine(Protocol):
     """Where P_in reports a rule that failed (the server's global repository)."""
 
@@ -76,21 +65,6 @@ class RuleQuarantine(Protocol):
 def option_line_spans(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` of every answer-option line (``A. x``, ``B) x``, ``(C) x``)."""
     return [(m.start(), m.end()) for m in _OPTION_LINE.finditer(text)]
-
-
-def plausible_person(span_text: str) -> bool:
-    """Whether a recognizer PERSON span can name a person.
-
-    One to four capitalised words or initials (a possessive ``'s`` allowed), no digits, no line
-    break; a single word ending in a drug-name stem (``Midodrine``, ``Lisinopril``) is not a
-    person. Conservative by design: a name that fails stays in the query (task text wins).
-    """
-    words = span_text.split()
-    if not 1 <= len(words) <= 4 or "\n" in span_text or any(c.isdigit() for c in span_text):
-        return False
-    if not all(_NAME_TOKEN.fullmatch(w.strip(",;:")) for w in words):
-        return False
-    return not (len(words) == 1 and _DRUG_STEM.search(words[0].rstrip(".,;:")))
 
 
 def _query_rules(
@@ -127,6 +101,18 @@ def query_pii(text: str, rules: Sequence[PrivacyRule], recognizer: PiiRecognizer
         raise ValueError("query rules with entity types need a PII recognizer")
     return [s for s in recognizer.analyze(text, types)
             if s.entity_type != "PERSON" or plausible_person(text[s.start : s.end])]
+
+
+def _every_occurrence(text: str, spans: Sequence[Span]) -> list[Span]:
+    # The recognizer may tag "Stanley" once and miss it later in the same text; the same name
+    # must get the same placeholder everywhere (and not stay in clear once).
+    out = set(spans)
+    for s in spans:
+        if s.kind in QUERY_ENTITIES:
+            needle = re.escape(text[s.start : s.end])
+            out.update(Span(m.start(), m.end(), s.kind)
+                       for m in re.finditer(rf"(?<!\w){needle}(?!\w)", text))
+    return sorted(out)
 
 
 def apply_query_rules(
@@ -173,9 +159,10 @@ def apply_query_rules(
     def free(start: int, end: int) -> bool:
         return not any(a < end and start < b for a, b in protected)
 
-    fired: list[tuple[PrivacyRule, list]] = []
+    fired: list[tuple[PrivacyRule, list[Span]]] = []
     for r in local:
         spans = [s for s in run.spans.get(r.rule_id, [[]])[0] if free(s.start, s.end)]
+        spans = [s for s in _every_occurrence(text, spans) if free(s.start, s.end)]
         if spans:
             fired.append((r, spans))
     out = redact(text, [(s, r.action) for r, spans in fired for s in spans], numbered=True)
