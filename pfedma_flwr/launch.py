@@ -61,7 +61,7 @@ def start_superlink(flwr_home: Path, port: int, log_dir: Path) -> subprocess.Pop
         raise RuntimeError(
             f"a SuperLink already answers on 127.0.0.1:{port}; stop it or pass --port"
         )
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(log_dir)  # the SuperLink's logs carry the ServerApp's output: owner-only
     cmd = [
         "flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
         "--control-api-address", f"127.0.0.1:{port + 2}", "--host", "127.0.0.1",
