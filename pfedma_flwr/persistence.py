@@ -177,7 +177,11 @@ class StateStore:
         while backup.exists():  # two failures within a second must not overwrite a backup
             backup = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
             n += 1
-        os.replace(path, backup)
+        try:
+            os.replace(path, backup)
+        except FileNotFoundError:  # another process of this node quarantined it first
+            logger.warning("client state %s unreadable (%s); already moved aside", path, reason)
+            return backup
         self.quarantined.append((path, backup))
         logger.error("client state %s unreadable (%s); moved to %s, starting from a fresh "
                      "state", path, reason, backup)

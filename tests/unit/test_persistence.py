@@ -323,3 +323,16 @@ def test_read_jsonl_lines_drops_only_a_torn_last_line(tmp_path: Path, caplog):
     p.write_bytes(b'{"round": 1}\n\xff\xfe\n{"round": 3}\n')  # bad bytes mid-file
     with pytest.raises(ValueError, match="line 2"):
         read_jsonl_lines(p)
+
+
+def test_a_file_quarantined_concurrently_is_not_an_error(tmp_path: Path, monkeypatch):
+    st = StateStore(tmp_path)
+    st.path("k").write_text("bad")
+    real = os.replace
+
+    def racing(src, dst):  # another process moves the file between our read and our move
+        Path(src).unlink()
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", racing)
+    assert st.load("k") is None and st.quarantined == []
