@@ -182,8 +182,10 @@ def run(
         status = _follow(run_id, env, output_dir / "run.log", timeout)
         summary = output_dir / "summary.json"
         if status != "finished:completed":
+            # The why (a node's dead endpoint, a config error) is in the log: repeat it here.
+            why = "".join(f"[pfedma]   {ln}\n" for ln in log_problems(output_dir / "run.log"))
             sys.stderr.write(f"[pfedma] run {run_id} ended with status {status!r}; "
-                             f"see {output_dir / 'run.log'}\n")
+                             f"see {output_dir / 'run.log'}\n{why}")
             return 1
         if not summary.is_file():
             sys.stderr.write(f"[pfedma] run {run_id} completed but wrote no {summary}\n")
@@ -224,6 +226,16 @@ def summary_problem(path: Path) -> str:
                   f"were not produced (threshold {gen.get('max_failed_share')}), failures by "
                   f"reason {dict(top[:5])}" + (f" on {where}" if where else ""))
     return f"its status is {status!r}{detail}"
+
+
+def log_problems(path: Path, limit: int = 6) -> list[str]:
+    """The last ``limit`` WARNING/ERROR lines of a run log (each at most 300 characters)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    hits = [ln.strip() for ln in lines if "WARNING" in ln or "ERROR" in ln or "Error:" in ln]
+    return [ln[:300] for ln in hits[-limit:]]
 
 
 def _obj(v: Any) -> dict[str, Any]:

@@ -240,9 +240,21 @@ def test_launcher_exit_codes_for_success_and_flower_failure(tmp_path, monkeypatc
                       cpus_per_client=1.0) == 0
     assert _mode(tmp_path / "out") == 0o700  # made by the launcher: owner-only
     _fake_launch(monkeypatch, tmp_path, None, "finished:failed")
+    (tmp_path / "out" / "run.log").write_text(
+        "INFO : [ROUND 1]\n"
+        "WARNING :   Node 1000 left out of routing: error reply: client p0: openai backend at "
+        "http://127.0.0.1:9/v1 (model 'm'): endpoint does not answer within 10s\n"
+        "ERROR :     ServerApp raised an exception\n"
+        "RuntimeError: only 0 nodes answered the handshake; need 2\n")
     assert launch.run(config="tiny", num_clients=2, output_dir=tmp_path / "out",
                       cpus_per_client=1.0) == 1
-    assert "ended with status 'finished:failed'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "ended with status 'finished:failed'" in err
+    # the reasons are repeated, not only "see run.log"
+    assert "[pfedma]   WARNING :   Node 1000 left out of routing: error reply: client p0: " \
+           "openai backend at http://127.0.0.1:9/v1" in err
+    assert "[pfedma]   RuntimeError: only 0 nodes answered the handshake; need 2" in err
+    assert "[ROUND 1]" not in err
 
 
 @pytest.mark.parametrize("text, problem", [
