@@ -289,3 +289,15 @@ def test_strategy_aggregation_never_raises(data: st.DataObject):
     for why in failures.values():
         assert len(why) < 400
         why.encode("utf-8")
+
+
+@given(st.lists(st.one_of(_text, st.sampled_from(NASTY_CHARS)), min_size=1, max_size=5))
+def test_embedder_never_raises_on_any_string(texts: list[str]):
+    """Defence in depth behind the seam: a lone surrogate once made MiniLM's tokenizer raise."""
+    from pfedma_flwr.embeddings import HashingEmbedder, safe_text
+
+    m = HashingEmbedder().encode(texts)
+    assert m.shape == (len(texts), 256)
+    for t in texts:
+        safe_text(t).encode("utf-8")
+    assert safe_text("a\ud800b") == "a\ufffdb" and safe_text("ok") == "ok"

@@ -94,3 +94,70 @@ def test_launcher_validates_config_before_starting():
 
     with pytest.raises(ConfigError, match="agent.few_shot_scope"):
         cpus_per_client_for("pfedma", "agent.few_shot_scope=round")
+
+
+@pytest.mark.parametrize("text, code", [
+    ('{"schema_version": 1, "responses": [], "tokens": ' + "9" * 5000 + "}", "int_too_long"),
+    ('{"schema_version": 1, "responses": [], "gen_seconds": 1e999}', "bad_float"),
+    ('{"schema_version": 1, "responses": [], "gen_seconds": 0.' + "1" * 100 + "}", "bad_float"),
+    ('{"schema_version": 1, "schema_version": 1, "responses": []}', "duplicate_key"),
+    ('{"schema_version": 1, "responses": [' + "{}," * 200_000 + "{}]}", "too_large"),
+    ('{"schema_version": 1, "responses": ' + "[" * 17 + "]" * 17 + "}", "too_deep"),
+    ('{"schema_version": 1, "responses": [{"query_id": "\\ud800", "response": null}]}',
+     "bad_string"),
+    ('{"schema_version": 1, "responses": [', "bad_json"),
+])
+def test_decoder_codes(text, code):
+    with pytest.raises(SchemaError) as e:
+        decode_reply(RecordDict({PAYLOAD_KEY: ConfigRecord({"json": text})}))
+    assert e.value.code == code, e.value.coded()
+
+
+def test_prescan_ignores_structure_inside_strings():
+    # brackets, commas and escaped quotes inside strings are text, not nesting or values
+    answer = '[[[[[[[[[[[[[[[[[[[[ \\" ,,,, {{{{ \\\\'
+    text = ('{"schema_version": 1, "responses": [{"query_id": "q", "response": '
+            '{"final_answer": "' + answer + '"}}]}')
+    rep = decode_reply(RecordDict({PAYLOAD_KEY: ConfigRecord({"json": text})}))
+    assert rep.responses[0].response.final_answer == '[[[[[[[[[[[[[[[[[[[[ " ,,,, {{{{ \\'
+
+
+def test_value_cap_admits_the_fullest_valid_reply():
+    from pfedma_flwr.protocol import value_cap
+    from pfedma_flwr.schema import Claim, Limits, ProcessedResponse, StructuredResponse
+
+    lim = Limits(max_items=4, max_claims=3, max_evidence=2, max_rules=4)
+    resp = StructuredResponse("1", tuple(Claim("c", ("e", "e")) for _ in range(3)))
+    full = ClientReply(responses=tuple(ProcessedResponse(f"q{i}", resp) for i in range(4)))
+    text = json.dumps(full.to_dict())
+    n = text.count("{") + text.count("[") + text.count(",")
+    assert n <= value_cap(lim)
+    assert decode_reply(encode_reply(full), lim) == full
+
+
+@pytest.mark.parametrize("claims, mode, keys, rejected", [
+    # declared (simulation): the claim is the key; a key claimed twice goes to nobody
+    ({1: ("partition-0", b""), 2: ("partition-1", b"")}, "declared",
+     {1: "partition-0", 2: "partition-1"}, set()),
+    ({1: ("partition-0", b""), 2: ("partition-0", b""), 3: ("partition-2", b"")}, "declared",
+     {3: "partition-2"}, {1, 2}),
+    ({1: ("", b"")}, "declared", {1: "node-1"}, set()),
+    # node (deployment): the claim is ignored; the key's fingerprint is the identity
+    ({1: ("partition-0", b"A" * 32), 2: ("partition-0", b"B" * 32)}, "node",
+     {1: "key-" + __import__("hashlib").sha256(b"A" * 32).hexdigest()[:16],
+      2: "key-" + __import__("hashlib").sha256(b"B" * 32).hexdigest()[:16]}, set()),
+    ({7: ("partition-0", b"")}, "node", {7: "node-7"}, set()),
+])
+def test_assign_client_keys(claims, mode, keys, rejected):
+    from pfedma_flwr.protocol import assign_client_keys
+
+    got, left_out = assign_client_keys(claims, mode)
+    assert got == keys and set(left_out) == rejected
+    assert all(w.startswith("duplicate_key") for w in left_out.values())
+
+
+@pytest.mark.parametrize("key", ["partition-0@900", "a b", "x" * 65, "é", "../etc"])
+def test_declared_client_key_must_be_log_and_file_safe(key):
+    with pytest.raises(SchemaError) as e:
+        ClientDescription.from_dict({"profile_name": "p", "description": "d", "client_key": key})
+    assert e.value.code == "schema:client_key"

@@ -83,3 +83,59 @@ def test_reply_version_and_caps():
 def test_limits_validation():
     with pytest.raises(ValueError, match="max_claims"):
         Limits(max_claims=0)
+
+
+# --------------------------------------------------------------------------- issue 13
+
+
+@pytest.mark.parametrize("payload, code, path_fragment", [
+    ({"final_answer": "7\ud800"}, "bad_string", "final_answer"),        # lone surrogate
+    ({"final_answer": "1", "domain_fit": 10**400}, "bad_float", "domain_fit"),  # float() overflows
+    ({"final_answer": "1", "domain_fit": math.inf}, "bad_float", "domain_fit"),
+    ({"final_answer": 10**400}, "bad_float", "final_answer"),            # numeric answer too
+    ({"final_answer": "1", "domain_fit": "0.5"}, "schema:domain_fit", "domain_fit"),
+    ({"text": "\x00\x1b\u2028", "category": "c"}, "schema:text", "text"),  # empty once stripped
+])
+def test_rejections_carry_a_fixed_code(payload, code, path_fragment):
+    parse = RuleCandidate.from_dict if "text" in payload else StructuredResponse.from_dict
+    with pytest.raises(SchemaError) as e:
+        parse(payload)
+    assert e.value.code == code and path_fragment in e.value.path
+
+
+def test_control_characters_are_stripped_not_echoed():
+    r = StructuredResponse.from_dict({"final_answer": "4\x002\x1b[2J\u2028", "claims": []})
+    assert r.final_answer == "42[2J"  # ESC, NUL and the line separator are gone; tab/newline stay
+    assert StructuredResponse.from_dict({"final_answer": "a\tb\nc"}).final_answer == "a\tb\nc"
+
+
+def test_huge_values_are_never_echoed():
+    big = "x" * 5_000_000
+    cases = [
+        lambda: RuleCandidate.from_dict({"text": "t", "category": "c", "action": big}),
+        lambda: RuleCandidate.from_dict({"text": "t", "category": "c", big: 1}),
+        lambda: ClientReply.from_dict({**ClientReply(responses=()).to_dict(), "schema_version": big}),
+        lambda: RuleFeedback.from_dict({"rule_id": "g", "d_trigger": 10**5000, "d_valid": 0,
+                                        "d_conflict": 0}),
+    ]
+    for case in cases:
+        with pytest.raises(SchemaError) as e:
+            case()
+        assert len(str(e.value)) < 400 and len(e.value.coded()) < 500
+
+
+def test_ids_have_their_own_cap():
+    with pytest.raises(SchemaError, match="cap 128") as e:
+        ProcessedResponse.from_dict({"query_id": "q" * 129, "response": None})
+    assert e.value.code == "schema:query_id"
+    assert ProcessedResponse.from_dict({"query_id": "q" * 128, "response": None}).query_id
+
+
+def test_excerpt_is_short_escaped_and_total():
+    from pfedma_flwr.validation import excerpt
+
+    assert excerpt("abc") == "'abc'"
+    assert excerpt("\ud800\x1b") == "'\\ud800\\x1b'"  # escaped: printable, UTF-8 safe
+    assert len(excerpt("y" * 10**6)) == 80 and excerpt("y" * 10**6).endswith("...")
+    assert excerpt(10**5000) == f"<{(10**5000).bit_length()}-bit integer>"
+    assert excerpt(object()) == "<object>"
