@@ -9,13 +9,17 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pfedma_flwr.persistence import (
     STATE_FILE_VERSION,
     STATE_FORMAT,
     StateCorruptError,
+    StateDecodeError,
     StateStore,
     append_line,
+    decode_state_document,
     read_jsonl_lines,
     validate_key,
 )
@@ -336,3 +340,68 @@ def test_a_file_quarantined_concurrently_is_not_an_error(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(os, "replace", racing)
     assert st.load("k") is None and st.quarantined == []
+
+
+# ----------------------------------------------------------------------------- fuzz (the class)
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids,
+                                                              max_size=4),
+    max_leaves=20)
+
+
+def _mutations() -> st.SearchStrategy[bytes]:
+    """Valid state files with bytes flipped, cut or spliced, plus arbitrary bytes."""
+    def doc(payload: object) -> bytes:
+        return json.dumps({"format": STATE_FORMAT, "version": 1, "payload": payload},
+                          ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+    base = st.builds(doc, st.dictionaries(st.text(max_size=8), _JSONISH, max_size=4))
+    cut = st.tuples(base, st.integers(0, 400)).map(lambda t: t[0][:t[1]])
+    flipped = st.tuples(base, st.integers(0, 400), st.integers(0, 255)).map(
+        lambda t: t[0][:t[1]] + bytes([t[2]]) + t[0][t[1] + 1:])
+    spliced = st.tuples(base, st.sampled_from([b"9" * 5000, b"1e999", b"NaN", b'"\\ud800"',
+                                               b"[" * 3000, b"\xff", b"-" * 30]),
+                        st.integers(0, 400)).map(lambda t: t[0][:t[2]] + t[1] + t[0][t[2]:])
+    return base | cut | flipped | spliced | st.binary(max_size=300)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(raw=_mutations())
+def test_fuzz_decode_state_document_returns_a_payload_or_a_decode_error(raw: bytes):
+    try:
+        payload = decode_state_document(raw)
+    except StateDecodeError:
+        return
+    assert isinstance(payload, dict)
+    # whatever decodes can be saved again (no lone surrogate, no NaN, ints in range)
+    json.dumps(payload, allow_nan=False, ensure_ascii=False).encode("utf-8")
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(raw=_mutations())
+def test_fuzz_store_load_never_raises_and_never_loses_bytes(raw: bytes, tmp_path_factory):
+    d = tmp_path_factory.mktemp("s")
+    store = StateStore(d)
+    store.path("k").write_bytes(raw)
+    got = store.load("k")
+    if got is None:  # quarantined: the bytes are kept aside, the next load is fresh
+        [(_, backup)] = store.quarantined
+        assert backup.read_bytes() == raw and store.load("k") is None
+    else:
+        assert store.path("k").read_bytes() == raw
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(lines=st.lists(st.binary(max_size=40) | st.builds(
+    lambda o: json.dumps(o).encode(), _JSONISH), max_size=6), tail=st.binary(max_size=20))
+def test_fuzz_read_jsonl_lines_raises_only_valueerror(lines, tail, tmp_path_factory):
+    p = tmp_path_factory.mktemp("j") / "r.jsonl"
+    p.write_bytes(b"\n".join(lines) + b"\n" + tail)
+    try:
+        out = read_jsonl_lines(p)
+    except ValueError as e:
+        assert "is not valid JSON" in str(e)
+        return
+    assert all(json.loads(ln) == rec for ln, rec in out)

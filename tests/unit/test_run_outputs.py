@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pfedma_flwr import launch
 from pfedma_flwr.query_state import (
@@ -287,3 +290,43 @@ def test_run_log_is_owner_only(tmp_path: Path, monkeypatch):
     os.chmod(log, 0o644)
     assert launch._follow(1, {}, log, timeout=5) == "finished:completed"
     assert log.read_text() == "line 1\n" and _mode(log) == 0o600
+
+
+# ----------------------------------------------------------------------------- fuzz (the class)
+
+_CODE = re.compile(r"[A-Za-z0-9_.:-]{1,48}")
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.text())
+def test_fuzz_reason_code_is_always_a_short_code(error: str):
+    assert _CODE.fullmatch(reason_code(error))
+
+
+_CLIENTS = ["a", "b", "c"]
+_pr = st.builds(ProcessedResponse, query_id=st.just("q"),
+                response=st.none() | st.just(OK), refused=st.booleans(), error=st.text(max_size=30))
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(rounds=st.lists(st.tuples(
+    st.dictionaries(st.sampled_from(["q1", "q2", "q3"]),
+                    st.lists(st.sampled_from(_CLIENTS), unique=True, max_size=3), max_size=3),
+    st.dictionaries(st.sampled_from(_CLIENTS), _pr, max_size=3),
+    st.dictionaries(st.sampled_from(_CLIENTS), st.text(max_size=30), max_size=2)), max_size=4))
+def test_fuzz_failure_tally_invariants(rounds):
+    totals: dict = {}
+    asked = 0
+    for routed, replies, failures in rounds:
+        got = {q: {c: replies[c] for c in cs if c in replies} for q, cs in routed.items()}
+        totals = with_answer_failures(totals, routed, got, failures)
+        asked += sum(len(cs) for cs in routed.values())
+    per_client = sum(n for per in totals.get("failed_by_client", {}).values()
+                     for n in per.values())
+    assert totals.get("answers", 0) == asked
+    assert per_client == totals.get("answers_failed", 0) <= asked
+    assert 0 <= totals.get("generation_failed", 0) <= totals.get("answers_failed", 0)
+    gen = generation_summary(totals, 0.5)
+    assert sum(gen["failed_by_code"].values()) == gen["failed"]
+    assert run_status({"generation": gen}) == (
+        GENERATION_FAILED if asked and gen["generation_failed"] / asked > 0.5 else "completed")
