@@ -96,10 +96,15 @@ def main() -> None:
     med = sample(load_benchmark("medqa", data), args.n, args.seed)
     lens = sample(load_benchmark("privacylens", data), args.n_privacy, args.seed)
     rec = CachedRecognizer()
-    rows = []
+    rows, notes = [], []
     t0 = time.perf_counter()
     for name, pin in policies(rec).items():
         g, m = audit_alteration(gsm, pin), audit_alteration(med, pin)
+        if not name.startswith("before"):
+            for t, a in zip(med, m, strict=True):
+                if a.altered:
+                    gone = sorted(set(t.question.split()) - set(pin(t.question).split()))
+                    notes.append(f"- {name}: MedQA `{t.task_id}` lost {gone[:5]}")
         r = audit_removal(lens, pin, rec)
         cells = [name]
         for audit in (g, m):
@@ -122,6 +127,8 @@ def main() -> None:
         "question.", "", head, "|" + "---|" * 7,
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
+    if notes:
+        lines += ["", "Altered MedQA questions (words no longer in the text):", "", *notes]
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
