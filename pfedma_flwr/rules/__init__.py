@@ -32,6 +32,7 @@ from pfedma_flwr.rules.promotion import (
     support_proportions,
     update_h_score,
 )
+from pfedma_flwr.rules.safety import MatchBudget, UnsafePatternError, check_pattern
 
 __all__ = [
     "AdaptReport",
@@ -39,6 +40,7 @@ __all__ = [
     "EnforcementResult",
     "GlobalRuleRepository",
     "LocalRuleRepository",
+    "MatchBudget",
     "PiiRecognizer",
     "PresidioPiiRecognizer",
     "PrivacyRule",
@@ -46,9 +48,11 @@ __all__ = [
     "RuleMode",
     "RuleOutcome",
     "Uncovered",
+    "UnsafePatternError",
     "apply_query_rules",
     "build_candidate_pool",
     "canonical_text",
+    "check_pattern",
     "enforce_response",
     "feedback_score",
     "find_spans",

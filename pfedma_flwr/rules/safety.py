@@ -305,7 +305,10 @@ def _render(n: _Node) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _chars_of(src: str, flags: int) -> frozenset[str]:
-    compiled = regex.compile(src, flags | regex.VERSION0)
+    try:
+        compiled = regex.compile(src, flags | regex.VERSION0)
+    except regex.error as e:  # e.g. a reversed range [z-a]
+        raise UnsafePatternError("syntax", src, str(e)) from None
     return frozenset(c for c in _ALPHABET if compiled.fullmatch(c))
 
 
@@ -364,7 +367,10 @@ def check_pattern(pattern: str) -> CheckedPattern:
     if root.nullable():
         raise UnsafePatternError("matches_empty", pattern, "the pattern can match empty text")
     source = "|".join("".join(_render(n) for n in b) for b in branches)
-    compiled = regex.compile(source, flags | regex.VERSION0)
+    try:
+        compiled = regex.compile(source, flags | regex.VERSION0)
+    except regex.error as e:  # the grammar admitted something the engine does not
+        raise UnsafePatternError("syntax", pattern, str(e)) from None
     try:
         hit = compiled.search(PROBE_TEXT, timeout=MATCH_TIMEOUT_S)
     except TimeoutError:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.rules import model, safety
@@ -168,3 +170,37 @@ def test_stored_rule_with_unusable_pattern_keeps_its_literals():
     back = LocalRuleRepository.from_dict(d)
     assert back.get("l1").literals == ("Ann Lee",)
     assert back.get("l1").patterns == (r"\bMRN-\d{4}\b",)
+
+
+_ADVERSARIAL_TEXTS = ["a" * 8000, "a@" * 4000, " \t" * 4000, "1" * 8000, "aA1_-." * 1300,
+                      "Janet has 3 apples.\nA. Midodrine\n" * 200]
+
+
+_ATOMS = st.sampled_from([r"\w", r"\d", r"\s", r"\S", r"\W", ".", "[a-z]", "[^#]", "[^\\s@]",
+                          "a", "@", "-", "#", r"\b", "^", "$"])
+_QUANTS = st.sampled_from(["", "", "+", "*", "?", "{1,3}", "{2,64}", "{4}"])
+_SEQ = st.lists(st.tuples(_ATOMS, _QUANTS).map("".join), min_size=1, max_size=6).map("".join)
+_STRUCTURED = st.one_of(
+    _SEQ,
+    st.tuples(_SEQ, _SEQ, _SEQ, st.sampled_from(["", "?", "+", "{2}"])).map(
+        lambda t: f"{t[0]}(?:{t[1]}|{t[2]}){t[3]}"),
+)
+_RAW = st.text(alphabet="()[]{}?*+|\\.^$-,:=!<>aA1_ \\dwsSDWbB09^", max_size=24)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_RAW, _STRUCTURED))
+def test_fuzz_any_pattern_is_rejected_cleanly_or_runs_bounded(pattern):
+    # The class, not the list: whatever a hostile client writes is either refused with a code
+    # or, once accepted, matches long adversarial texts well inside the per-match timeout.
+    try:
+        checked = check_pattern(pattern)
+    except UnsafePatternError as e:
+        assert e.code in {"empty", "too_long", "syntax", "unsupported", "quantified_group",
+                          "repeat_too_large", "ambiguous", "matches_empty", "too_broad", "slow"}
+        return
+    for text in _ADVERSARIAL_TEXTS:
+        t0 = time.perf_counter()
+        for _ in checked.compiled.finditer(text, timeout=2.0):
+            pass
+        assert time.perf_counter() - t0 < 0.5, (pattern, text[:10])
