@@ -32,8 +32,9 @@ PAYLOAD_KEY = "pfedma"
 JSON_FIELD = "json"
 
 T = TypeVar("T")
-# Declared client keys: the node config's client-id or "partition-<i>" (log- and file-safe).
-_CLIENT_KEY = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# Declared client keys: the node config's client-id or "partition-<i>" (log- and file-safe,
+# the alphabet of persistence.validate_key).
+_CLIENT_KEY = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def _encode(obj: dict[str, Any]) -> RecordDict:
@@ -223,7 +224,7 @@ class ClientDescription:
             key = id_(key, "description.client_key", lim)
             if not _CLIENT_KEY.fullmatch(key):
                 raise SchemaError("description.client_key",
-                                  f"{excerpt(key)} is not [A-Za-z0-9._-]{{1,64}}")
+                                  f"{excerpt(key)} is not [A-Za-z0-9._-]{{1,128}}")
         doms = d.get("domains", [])
         if not isinstance(doms, list) or len(doms) > 32:
             raise SchemaError("description.domains", "expected a list of at most 32 strings")
