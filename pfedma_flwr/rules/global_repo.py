@@ -3,7 +3,9 @@
 DESIGN §3.1–3.5, seed App. F. ``RuleUpdate`` = :meth:`GlobalRuleRepository.apply_feedback`
 (H-scores from ``F^t``) followed by :meth:`GlobalRuleRepository.update` (promote ``G^t`` from the
 pool and :func:`resolve` the union). The pure formulas live in
-:mod:`pfedma_flwr.rules.promotion` and are re-exported here.
+:mod:`pfedma_flwr.rules.promotion` and are re-exported here. Hostile clients bound what they can
+add: promotions are capped per round and per contributor (:func:`admit`), the repository and the
+redistributed snapshot are capped, and a rule that fails at run time is quarantined.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pfedma_flwr.rules.promotion import (
     CandidatePool,
     SimilarityStats,
     _support_from_sims,
+    admit,
     build_candidate_pool,
     feedback_score,
     promote,
@@ -260,7 +263,12 @@ class GlobalRuleRepository:
         pool_emb = np.asarray(pool.embeddings, dtype=np.float32)
         pool_sims = pool_emb @ pool_emb.T  # the pool's one similarity matrix: ζ and the stats
         zeta = _support_from_sims(pool_sims, self.sim_threshold)
-        chosen, refused = self._admit(promote(zeta), pool)
+        chosen, refused = admit(
+            promote(zeta), pool, {(r.text, _spec_key(r)) for r in self._rules},
+            room=self.max_rules - len(self._rules), per_round=self.max_promotions_per_round,
+            per_client=self.max_promotions_per_client)
+        if refused:
+            logger.warning("round %d: promotion refused %s", server_round, refused)
         self.last_pool_similarity = SimilarityStats.of(pool_sims)
 
         n_old = len(self._rules)
@@ -329,36 +337,6 @@ class GlobalRuleRepository:
         )
         logger.debug("rule update %s", report)
         return report
-
-    def _admit(self, promoted: Sequence[int], pool: CandidatePool) -> tuple[list[int], dict]:
-        """The promoted indices admitted (pool order) under the validity and size caps."""
-        known = {(r.text, _spec_key(r)) for r in self._rules}
-        refused: dict[str, int] = {}
-        per_owner: dict[int, int] = {}
-        admitted: list[int] = []
-        n_new = 0
-        for i in promoted:
-            c = pool.candidates[i]
-            spec = (c.scope, c.action, tuple(sorted(set(c.entity_types))),
-                    tuple(sorted(set(c.patterns))))
-            if (c.text, spec) in known:
-                admitted.append(i)  # an exact duplicate merges away: no new rule
-                continue
-            reason = ("invalid" if pool.problems[i] else
-                      "per_client" if per_owner.get(pool.owners[i], 0)
-                      >= self.max_promotions_per_client else
-                      "full" if len(self._rules) + n_new >= self.max_rules else
-                      "per_round" if n_new >= self.max_promotions_per_round else "")
-            if reason:
-                refused[reason] = refused.get(reason, 0) + 1
-                continue
-            per_owner[pool.owners[i]] = per_owner.get(pool.owners[i], 0) + 1
-            n_new += 1
-            known.add((c.text, spec))
-            admitted.append(i)
-        if refused:
-            logger.warning("promotion refused for %s", refused)
-        return admitted, refused
 
     # ------------------------------------------------------------------ persistence
 

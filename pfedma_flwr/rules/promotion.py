@@ -200,6 +200,49 @@ def promote(zeta: np.ndarray) -> list[int]:
     return [int(i) for i in np.flatnonzero(z == top)]
 
 
+def admit(
+    promoted: Sequence[int],
+    pool: CandidatePool,
+    known: Collection[tuple[str, tuple]],
+    *,
+    room: int,
+    per_round: int,
+    per_client: int,
+) -> tuple[list[int], dict[str, int]]:
+    """The promoted pool indices admitted as rules, in pool order, and refusals per reason.
+
+    A candidate whose ``(text, spec)`` is ``known`` (already a rule, or admitted just before)
+    is admitted without counting: it merges into that rule. Each new one needs detectors that
+    run anywhere (``invalid``), its contributor below ``per_client`` new rules this round,
+    fewer than ``room`` new rules in total (``full``) and fewer than ``per_round``.
+    """
+    seen = set(known)
+    refused: dict[str, int] = {}
+    per_owner: dict[int, int] = {}
+    admitted: list[int] = []
+    n_new = 0
+    for i in promoted:
+        c = pool.candidates[i]
+        key = (c.text, (c.scope, c.action, tuple(sorted(set(c.entity_types))),
+                        tuple(sorted(set(c.patterns)))))
+        if key in seen:
+            admitted.append(i)
+            continue
+        owner = pool.owners[i]
+        reason = ("invalid" if pool.problems[i] else
+                  "per_client" if per_owner.get(owner, 0) >= per_client else
+                  "full" if n_new >= room else
+                  "per_round" if n_new >= per_round else "")
+        if reason:
+            refused[reason] = refused.get(reason, 0) + 1
+            continue
+        per_owner[owner] = per_owner.get(owner, 0) + 1
+        n_new += 1
+        seen.add(key)
+        admitted.append(i)
+    return admitted, refused
+
+
 def feedback_score(d_trigger: int, d_valid: int, d_conflict: int) -> float:
     """``s_i(ω) = (Δn_valid − Δn_conflict) / Δn_trigger`` ∈ [−1, 1] (DESIGN §3.3).
 

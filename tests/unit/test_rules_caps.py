@@ -13,7 +13,7 @@ import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
-from pfedma_flwr.rules.promotion import CandidatePool, build_candidate_pool
+from pfedma_flwr.rules.promotion import CandidatePool, admit, build_candidate_pool
 from pfedma_flwr.schema import GlobalRule, RuleCandidate, RuleFeedback
 
 EMB = HashingEmbedder(dim=256)
@@ -121,3 +121,18 @@ def test_cap_arguments_validated():
         GlobalRuleRepository(embedder=EMB, snapshot_size=0)
     with pytest.raises(ValueError, match="max_per_client"):
         build_candidate_pool({}, set(), EMB, rng=np.random.default_rng(0), max_per_client=0)
+
+
+def test_admit_hand_derived():
+    c = _junk(4, seed=5)
+    pool = CandidatePool((c[0], c[1], c[0], c[2], c[3]), EMB.encode([x.text for x in
+                                                                      (c[0], c[1], c[0], c[2],
+                                                                       c[3])]),
+                         owners=(0, 0, 1, 1, 2), problems=("", "", "", "bad", ""))
+    # 0 new (owner 0); 1 refused (owner 0 used its one); 2 is 0's twin -> merges (admitted);
+    # 3 invalid; 4 new (owner 2), then room is spent
+    got = admit([0, 1, 2, 3, 4], pool, set(), room=2, per_round=4, per_client=1)
+    assert got == ([0, 2, 4], {"per_client": 1, "invalid": 1})
+    assert admit([0, 4], pool, set(), room=1, per_round=4, per_client=1) == ([0], {"full": 1})
+    assert admit([0, 4], pool, set(), room=9, per_round=1, per_client=1) == (
+        [0], {"per_round": 1})
