@@ -50,7 +50,7 @@ def canonical_text(*, entity_types: Sequence[str], category: str, scope: str = "
     """
     names = sorted({e.lower().replace("_", " ") for e in entity_types})
     what = ", ".join(names) if names else normalize_category(category)
-    return f"do not reveal {what} in {scope}s"
+    return f"do not reveal {what} in {'queries' if scope == 'query' else scope + 's'}"
 
 
 def is_generic_pattern(pattern: str, literals: Sequence[str] = ()) -> bool:

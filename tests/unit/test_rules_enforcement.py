@@ -241,3 +241,8 @@ def test_canonical_text_order_insensitive():
     assert canonical_text(entity_types=[], category="Sensitive  Record") == (
         "do not reveal sensitive record in responses"
     )
+
+
+def test_canonical_text_query_scope_plural():
+    assert canonical_text(entity_types=["PERSON"], category="x", scope="query") == (
+        "do not reveal person in queries")
