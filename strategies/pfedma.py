@@ -11,7 +11,7 @@ import copy
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -228,6 +228,11 @@ class PFedMA(Strategy):
                 culprits = self._culprits(server_round, parsed, snap)
                 if not culprits:
                     raise first
+                if len(culprits) == len(parsed) > 1:
+                    # every reply provokes it: hostile round or an engine bug; say so loudly
+                    log(ERROR, "Round %s: the engine raised on every reply (%s); all recorded "
+                        "as failures. If the replies look honest this is a bug.", server_round,
+                        first)
                 for cid, err in culprits.items():
                     log(WARNING, "Round %s: the engine raised %s on %s's reply: recorded as a "
                         "failure", server_round, err, cid)
@@ -245,15 +250,27 @@ class PFedMA(Strategy):
 
     def _culprits(self, server_round: int, parsed: dict[str, ClientReply],
                   snap: dict[str, Any]) -> dict[str, str]:
-        """Clients whose reply alone makes ``absorb_round`` raise (each on a fresh copy)."""
-        out: dict[str, str] = {}
-        for cid in sorted(parsed):
+        """Clients whose reply makes ``absorb_round`` raise, each tried on a fresh copy.
+
+        First each reply alone; if none raises alone (the fault needs two replies together),
+        the first client whose removal lets the rest through.
+        """
+
+        def fails(subset: dict[str, ClientReply]) -> str | None:
             self._restore(snap)
             self.engine.on_query_end = None
             try:
-                self.engine.absorb_round(server_round, {cid: parsed[cid]}, {})
+                self.engine.absorb_round(server_round, subset, {})
             except Exception as e:  # noqa: BLE001 - the point is to find who provokes one
-                out[cid] = type(e).__name__
+                return type(e).__name__
+            return None
+
+        out = {c: err for c in sorted(parsed) if (err := fails({c: parsed[c]})) is not None}
+        if not out:
+            first = fails(parsed)
+            for cid in sorted(parsed) if first is not None else []:
+                if fails({c: r for c, r in parsed.items() if c != cid}) is None:
+                    return {cid: first}
         return out
 
     def configure_evaluate(

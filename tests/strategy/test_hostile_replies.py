@@ -314,6 +314,34 @@ def test_engine_error_on_one_clients_content_is_that_clients_failure(
     assert summary["status"] == "completed"
 
 
+def test_engine_error_needing_two_replies_costs_one_of_them(federation, tmp_path: Path,
+                                                            monkeypatch):
+    """A fault only two replies provoke together: the first whose removal lets the round
+    through (in key order) is recorded; the other is absorbed."""
+    from pfedma_flwr import collaboration
+
+    real = collaboration.evaluate_batch
+
+    def fault(groups, **kw):
+        answers = {r.final_answer for g in groups for r in g if r is not None}
+        if {"PA", "PB"} <= answers:
+            raise OverflowError("planted fault")
+        return real(groups, **kw)
+
+    monkeypatch.setattr(collaboration, "evaluate_batch", fault)
+    behaviour = {0: hostile(lambda q: _j(_reply([_resp(x, answer="PA") for x in q]))),
+                 1: hostile(lambda q: _j(_reply([_resp(x, answer="PB") for x in q])))}
+    summary, _ = federation(num_nodes=5, behaviour=behaviour,
+                            responder=lambda m: answer_json("7"),
+                            overrides="strategy.k_max=5 strategy.t_max=1")
+    first = read_jsonl(tmp_path / "out" / "rounds.jsonl")[0]
+    assert first["failures"] == {
+        "partition-0": "engine_error: OverflowError while absorbing this client's reply"}
+    assert "partition-1" in first["clients"]
+    queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
+    assert summary["num_queries"] == len(queries) == 6 and all(q["answer"] == "7" for q in queries)
+
+
 def test_engine_error_without_a_culprit_propagates(federation, monkeypatch):
     """A fault no single reply provokes is a bug: it is raised, not hidden as failures."""
     from pfedma_flwr import collaboration
