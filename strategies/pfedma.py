@@ -217,7 +217,7 @@ class PFedMA(Strategy):
         except Exception as e:  # noqa: BLE001 - a plug-in that cannot be copied: no guard
             log(WARNING, "engine state cannot be copied (%s): absorbing unguarded", e)
             return self.engine.absorb_round(server_round, parsed, failures)
-        sink, held = self.engine.on_query_end, []
+        sink, held = self.engine.on_query_end, list[dict[str, Any]]()
         self.engine.on_query_end = held.append
         try:
             try:
@@ -265,12 +265,16 @@ class PFedMA(Strategy):
                 return type(e).__name__
             return None
 
-        out = {c: err for c in sorted(parsed) if (err := fails({c: parsed[c]})) is not None}
-        if not out:
-            first = fails(parsed)
-            for cid in sorted(parsed) if first is not None else []:
-                if fails({c: r for c, r in parsed.items() if c != cid}) is None:
-                    return {cid: first}
+        out: dict[str, str] = {}
+        for cid in sorted(parsed):
+            if (err := fails({cid: parsed[cid]})) is not None:
+                out[cid] = err
+        first = None if out else fails(parsed)
+        if first is None:
+            return out
+        for cid in sorted(parsed):
+            if fails({c: r for c, r in parsed.items() if c != cid}) is None:
+                return {cid: first}
         return out
 
     def configure_evaluate(
@@ -392,7 +396,7 @@ class PFedMA(Strategy):
             log(INFO, "[ROUND %s] %d active queries -> %d nodes", server_round,
                 self.engine.num_active(), len(msgs))
             replies = grid.send_and_receive(msgs, timeout=round_timeout) if msgs else []
-            _, metrics = self.aggregate_train(server_round, replies)
+            _arrays, metrics = self.aggregate_train(server_round, replies)
             if metrics is not None:
                 result.round_metrics[server_round] = metrics
                 log(INFO, "\t└──> %s", dict(metrics))
