@@ -7,7 +7,9 @@ responses ``r̃``, generalized candidates ``ω̄ = P_gen(ω)`` and Δ-count feed
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.parsing import parse_structured_response
-from pfedma_flwr.agents.prompting import RESPONSE_JSON_SCHEMA, build_agent_messages
+from pfedma_flwr.agents.prompting import (
+    REPAIR_PROMPT,
+    RESPONSE_JSON_SCHEMA,
+    build_agent_messages,
+    build_reasoning_messages,
+    reasoning_demo,
+)
+from pfedma_flwr.agents.reasoning import derive_response
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
@@ -39,6 +48,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 STATE_VERSION = 1
 FEW_SHOT_SCOPES: tuple[str, ...] = ("batch", "query")
+RESPONSE_FORMATS: tuple[str, ...] = ("reasoning", "json")
+# What a lesson of X_i keeps of a question, and the similarity a new query needs to recall it.
+_LESSON_CHARS = 160
+_REPAIR_TOKENS = 24
 _MODES = {"full": RuleMode.FULL, "NR": RuleMode.NR, "SR": RuleMode.SR, "LE": RuleMode.LE,
           "G2L": RuleMode.G2L, "L2G": RuleMode.L2G}
 
@@ -58,11 +71,14 @@ class AgentState:
     rules: LocalRuleRepository
     experience: list[str] = field(default_factory=list)
     rounds: int = 0
+    # verified lessons of X_i (never leave the client): "question gist -> verified answer"
+    lessons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form with a version key (for ``context.state`` / a node-local state file)."""
         return {"version": STATE_VERSION, "rules": self.rules.to_dict(),
-                "experience": list(self.experience), "rounds": self.rounds}
+                "experience": list(self.experience), "rounds": self.rounds,
+                "lessons": list(self.lessons)}
 
     @classmethod
     def from_dict(cls, d: Any) -> AgentState:
@@ -75,8 +91,11 @@ class AgentState:
         rounds = d.get("rounds", 0)
         if not isinstance(rounds, int) or rounds < 0:
             raise ValueError("agent state: 'rounds' must be an int >= 0")
+        lessons = d.get("lessons", [])
+        if not isinstance(lessons, list) or not all(isinstance(x, str) for x in lessons):
+            raise ValueError("agent state: 'lessons' must be a list of strings")
         return cls(rules=LocalRuleRepository.from_dict(d.get("rules")), experience=exp,
-                   rounds=rounds)
+                   rounds=rounds, lessons=lessons)
 
 
 class ClientAgent:
@@ -104,6 +123,16 @@ class ClientAgent:
     adversary : Adversary, optional
         Robustness evaluation only (App. J): makes this client malicious on the instances
         its partition id is drawn for (prompt injection or wrong-but-confident answers).
+    response_format : {"reasoning", "json"}
+        ``reasoning`` (default): free-text chain of thought, the structured response derived
+        from it (:mod:`pfedma_flwr.agents.reasoning`); ``json``: the answer generated directly
+        as JSON under the response schema (scripted/mock agents, grammar-only backends).
+    seed : int
+        This agent's own sampling seed (independent votes at ``temperature > 0``); the seed of
+        each generation also depends on the round and the query, so reruns are reproducible.
+    lessons, lesson_min_sim : int, float
+        How many lessons of ``X_i`` enter a prompt, and the cosine between the new query and a
+        lesson's question needed to recall it.
     """
 
     def __init__(
@@ -114,9 +143,18 @@ class ClientAgent:
         temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
         client_key: str = "", adversary: Adversary | None = None,
+        response_format: str = "reasoning", seed: int = 0, lessons: int = 1,
+        lesson_min_sim: float = 0.6,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
+        if response_format not in RESPONSE_FORMATS:
+            raise ValueError(f"response_format must be one of {RESPONSE_FORMATS}, "
+                             f"got {response_format!r}")
+        if lessons < 0 or not -1.0 <= lesson_min_sim <= 1.0:
+            raise ValueError("lessons must be >= 0 and lesson_min_sim in [-1, 1]")
+        self.response_format, self.seed = response_format, seed
+        self.n_lessons, self.lesson_min_sim = lessons, lesson_min_sim
         if few_shot_scope not in FEW_SHOT_SCOPES:
             raise ValueError(f"few_shot_scope must be one of {FEW_SHOT_SCOPES}, "
                              f"got {few_shot_scope!r}")
@@ -146,38 +184,63 @@ class ClientAgent:
 
     def respond(self, ins: RespondInstruction, state: AgentState) -> ClientReply:
         """Answer every routed query of ``ins`` in one batched generation (DESIGN §1 step 3)."""
+        state.rules.begin_message()  # one pattern-matching time budget per message
         adapt = state.rules.adapt(list(ins.global_rules), state.experience, self.embedder,
                                   sim_threshold=self.sim_threshold, phi_default=self.phi_default)
-        prompts = []
+        reasoning = self.response_format == "reasoning"
         shots_of = self._demonstrations(ins.queries)
+        lessons_of = self._recall(ins.queries, state) if reasoning else {}
+        prompts = []
         for q in ins.queries:
+            text = self.adversary.task_text(q.query_id, q.text) if self.adversary else q.text
             shots = shots_of[q.query_id]
-            prompts.append(build_agent_messages(
-                profile_prompt=self.profile.prompt,
-                query_text=self.adversary.task_text(q.query_id, q.text) if self.adversary
-                else q.text, refinement=q.refinement,
-                answer_kind=q.answer_kind,
-                few_shot=[(t.question, demo_answer(t)) for t in shots],
-                experience=[],
-            ))
+            if reasoning:
+                prompts.append(build_reasoning_messages(
+                    profile_prompt=self.profile.prompt, query_text=text,
+                    refinement=q.refinement, answer_kind=q.answer_kind,
+                    few_shot=[(t.question, reasoning_demo(t.question, t.rationale, t.gold,
+                                                          q.answer_kind))
+                              for t in shots if t.rationale],
+                    lessons=lessons_of.get(q.query_id, ()),
+                ))
+            else:
+                prompts.append(build_agent_messages(
+                    profile_prompt=self.profile.prompt, query_text=text,
+                    refinement=q.refinement, answer_kind=q.answer_kind,
+                    few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
+                ))
         t0 = time.perf_counter()
-        gens = self.backend.generate(prompts, max_tokens=self.max_tokens,
-                                     temperature=self.temperature, json_schema=RESPONSE_JSON_SCHEMA)
+        gens = self.backend.generate(
+            prompts, max_tokens=self.max_tokens, temperature=self.temperature,
+            json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
+            seed=self._seed(ins.server_round),
+        )
+        texts = [g.text for g in gens]
+        repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {}
-        for q, gen in zip(ins.queries, gens, strict=True):
+        for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
+            tokens = gen.tokens + repaired.get(k, 0)
             if gen.error:
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
-                                                   error=f"backend: {gen.error}"[:500],
-                                                   tokens=gen.tokens))
+                                                   error=error_code("backend",
+                                                                    gen.code or gen.error),
+                                                   tokens=tokens))
                 continue
-            parsed = parse_structured_response(gen.text, self.limits)
-            if parsed.response is None:
+            if reasoning and not _is_json(texts[k]):
+                der = derive_response(texts[k], question=q.text, answer_kind=q.answer_kind,
+                                      domain_fit=self._domain_fit(q))
+                raw, why = der.response, der.error
+            else:
+                parsed = parse_structured_response(gen.text, self.limits)
+                raw, why = parsed.response, parsed.error
+            if raw is None:
+                cut = "_truncated" if gen.finish_reason == "length" else ""
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
-                                                   error=parsed.error[:500], tokens=gen.tokens))
+                                                   error=error_code("parse" + cut, why),
+                                                   tokens=tokens))
                 continue
-            raw = parsed.response
             if self.adversary is not None:
                 raw = self.adversary.response(q.query_id, raw, q.answer_kind, q.text)
             # Uncovered items create local rules first, so this very response is protected.
@@ -186,15 +249,84 @@ class ClientAgent:
                 candidates.setdefault((c.text, c.action), c)
             processed, refused = result.response, result.refused
             responses.append(ProcessedResponse(q.query_id, processed, refused=refused,
-                                               tokens=gen.tokens))
+                                               tokens=tokens))
             self._remember(state, f"{q.text[:300]} => {raw.final_answer[:100]}")
+            if reasoning:
+                self._learn(state, q, raw.final_answer)
         state.rounds += 1
         logger.debug("adapted %d global rules", len(adapt.adopted) if adapt else 0)
         return ClientReply(
             responses=tuple(responses), candidates=tuple(candidates.values()),
-            feedback=tuple(state.rules.round_feedback()), backend_calls=1,
-            tokens=sum(g.tokens for g in gens), gen_seconds=gen_seconds,
+            feedback=tuple(state.rules.round_feedback()),
+            backend_calls=1 + (1 if repaired else 0),
+            tokens=sum(g.tokens for g in gens) + sum(repaired.values()),
+            gen_seconds=gen_seconds,
         )
+
+    def _seed(self, server_round: int) -> int:
+        """The agent's seed for a round: independent of other agents' seeds, reproducible."""
+        digest = hashlib.blake2b(f"{self.seed}|{self.client_key}|{server_round}".encode(),
+                                 digest_size=4).digest()
+        return int.from_bytes(digest, "little") & 0x3FFFFFFF
+
+    def _domain_fit(self, q: RoutedQuery) -> float:
+        """Logged only (DESIGN §3.7): 1 for a primary domain, 0.7 secondary, else 0.3."""
+        domains = self.profile.domains
+        if q.domain == domains[0]:
+            return 1.0
+        return 0.7 if q.domain in domains else 0.3
+
+    def _repair(
+        self, queries: Sequence[RoutedQuery], prompts: list[Any], gens: Sequence[Any],
+        texts: list[str],
+    ) -> dict[int, int]:
+        """Re-ask once, briefly, for answers whose reasoning ended before an answer statement.
+
+        Updates ``texts`` in place with the short continuation; returns tokens per repaired item.
+        """
+        todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
+                if not g.error and not _is_json(g.text) and derive_response(
+                    g.text, question=q.text, answer_kind=q.answer_kind).response is None]
+        if not todo:
+            return {}
+        follow = [[*prompts[k], {"role": "assistant", "content": texts[k].strip() or "..."},
+                   {"role": "user", "content": REPAIR_PROMPT}] for k in todo]
+        extra = self.backend.generate(follow, max_tokens=_REPAIR_TOKENS, temperature=0.0)
+        out: dict[int, int] = {}
+        for k, g in zip(todo, extra, strict=True):
+            out[k] = g.tokens
+            if not g.error and g.text.strip():
+                texts[k] = f"{texts[k].rstrip()}\n{g.text.strip()}"
+        return out
+
+    def _recall(self, queries: Sequence[RoutedQuery], state: AgentState) -> dict[str, list[str]]:
+        """The lessons of ``X_i`` most similar to each query (at most ``lessons``, cos-bounded)."""
+        if not self.n_lessons or not state.lessons:
+            return {}
+        gists = [ls.split(" -> ", 1)[0] for ls in state.lessons]
+        embs = self.embedder.encode([q.text for q in queries] + gists)
+        qe, le = embs[: len(queries)], embs[len(queries):]
+        out: dict[str, list[str]] = {}
+        for i, q in enumerate(queries):
+            sims = le @ qe[i]
+            best = [j for j in sims.argsort()[::-1][: self.n_lessons]
+                    if sims[j] >= self.lesson_min_sim and not q.text.startswith(gists[j][:80])]
+            if best:
+                out[q.query_id] = [state.lessons[j] for j in best]
+        return out
+
+    def _learn(self, state: AgentState, q: RoutedQuery, answer: str) -> None:
+        """Keep a verified lesson: this agent's answer confirmed the earlier round's candidate.
+
+        Two independent attempts (another agent's and this one's) agreeing is the only
+        verification available without ground truth; the lesson stays on the client.
+        """
+        m = _CANDIDATE.search(q.refinement)
+        if not self.n_lessons or m is None or m.group(1).strip() != answer.strip():
+            return
+        gist = " ".join(q.text.split())[:_LESSON_CHARS]
+        state.lessons.append(f"{gist} -> verified answer {answer.strip()[:60]}")
+        del state.lessons[: max(0, len(state.lessons) - max(self.experience_size, 1))]
 
     def _demonstrations(self, queries: Sequence[RoutedQuery]) -> dict[str, list[Task]]:
         """Few-shot examples from ``D_i`` per query, of the query's answer format.
@@ -225,6 +357,28 @@ class ClientAgent:
             return
         state.experience.append(item)
         del state.experience[: max(0, len(state.experience) - self.experience_size)]
+
+
+def _is_json(text: str) -> bool:
+    """Whether a reply is the structured response itself, to be parsed rather than derived.
+
+    Scripted agents and served models with their own structured output return JSON directly.
+    """
+    return text.lstrip().startswith("{")
+
+
+def error_code(kind: str, detail: str) -> str:
+    """A bounded error for the uploaded reply: a fixed code and at most one short reason word.
+
+    Model output never reaches the server through this field (a parse error once echoed a
+    patient's name into it); ``detail`` contributes only its leading code token.
+    """
+    token = re.match(r"[a-z_]+", detail.strip().lower())
+    return f"{kind}:{token.group(0)[:40] if token else 'error'}"
+
+
+# The leading earlier answer in either refinement style (pfedma_flwr.refinement).
+_CANDIDATE = re.compile(r"(?:candidate answer|answers given:)\s*'([^']{1,60})'")
 
 
 def demo_answer(task: Task) -> str:
