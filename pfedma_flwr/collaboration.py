@@ -38,7 +38,7 @@ from pfedma_flwr.routing.orchestrator import (
     OrchestratorQuery,
     validate_selection,
 )
-from pfedma_flwr.routing.state import RoutingTable
+from pfedma_flwr.routing.state import RoutingTable, quality_signal
 from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import PiiRecognizer
@@ -191,7 +191,8 @@ class CollaborationEngine:
                 CandidateState(client_id=c, state=self.routing.get(c),
                                profile=self.clients[c].description,
                                profile_embedding=self._profile_emb[c],
-                               asked_for_this_query=c in q.asked)
+                               asked_for_this_query=c in q.asked,
+                               domains=tuple(self.clients[c].domains))
                 for c in self._available
             ]
             sel = self.orchestrator.select(
@@ -212,7 +213,7 @@ class CollaborationEngine:
             text, fired = apply_query_rules(q.task.question, global_rules, self.recognizer,
                                             quarantine=self.rules)
             # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
-            ref = refinement_text(q.z) if q.t and s.refine_query else ""
+            ref = refinement_text(q.z, style=s.refine_style) if q.t and s.refine_query else ""
             if ref:
                 ref, fired_ref = apply_query_rules(ref, global_rules, self.recognizer,
                                                   quarantine=self.rules)
@@ -249,12 +250,15 @@ class CollaborationEngine:
                 q.backend_calls += share
                 by_query.setdefault(pr.query_id, {})[cid] = pr
         in_flight = [q for q in self._active if q.routed]
-        groups, order = [], []
+        groups, order, client_errors = [], [], []
         for q in in_flight:
             got = by_query.get(q.task.task_id, {})
             cids = sorted(q.routed)
             order.append(cids)
             groups.append([got[c].response if c in got else None for c in cids])
+            # the client's own reason for an answer without a response (parse/backend codes)
+            client_errors.append({c: got[c].error[:120] for c in cids
+                                  if c in got and got[c].response is None and got[c].error})
             for c in cids:
                 if c in got:
                     q.tokens += got[c].tokens
@@ -263,10 +267,16 @@ class CollaborationEngine:
             embedder=self.embedder, lambda_pool=s.lambda_pool, alpha_con=s.alpha_con,
             tolerance=s.tolerance, ablation=s.ablation,
             options=[q.task.options or None for q in in_flight],
+            prior=[[h.response.final_answer for h in q.history
+                    if h.retained and h.response is not None] for q in in_flight],
         )
+        # (client, domain) -> quality signals and retention flags of this Flower round
+        round_q: dict[tuple[str, str], list[float]] = {}
+        round_r: dict[tuple[str, str], list[bool]] = {}
         client_ok: dict[str, bool] = {}
         query_logs = []
-        for q, cids, grp, res in zip(in_flight, order, groups, results, strict=True):
+        for q, cids, grp, res, errs in zip(in_flight, order, groups, results, client_errors,
+                                           strict=True):
             q.t += 1
             domain = knowledge_domain(q.task.domain)
             for c, r, a in zip(cids, grp, res, strict=True):
@@ -277,16 +287,12 @@ class CollaborationEngine:
                             routing=self.routing, round=q.t,
                             use_capability=s.use_capability, use_reliability=s.use_reliability,
                             options=q.task.options or None)
-            answers = [r.final_answer if r is not None else "" for r in grp]
-            sims = similarity_to(answers, q.z.answer, q.task.answer_kind, self.embedder,
-                                 options=q.task.options or None) if q.z.answer else \
-                [0.0] * len(answers)
-            for c, r, a, sim in zip(cids, grp, res, sims, strict=True):
-                if r is None:
-                    self.routing.record_failure(c, domain)
-                else:
-                    self.routing.record(c, domain, anomaly=a.score, sim_to_z=sim,
-                                        retained=a.retained)
+            for c, r, a in zip(cids, grp, res, strict=True):
+                key = (c, domain)
+                round_r.setdefault(key, []).append(r is not None and a.retained)
+                g = self._quality(q, c, r, a, domain)
+                if g is not None:
+                    round_q.setdefault(key, []).append(g)
             n_ok = sum(a.retained for a in res)
             self.totals["retained"] += n_ok
             self.totals["filtered"] += sum(r is not None and not a.retained
@@ -294,12 +300,15 @@ class CollaborationEngine:
             query_logs.append({
                 "query_id": q.task.task_id, "t": q.t, "selected": cids,
                 "anomaly": {c: a.to_dict() for c, a in zip(cids, res, strict=True)},
-                "z": q.z.to_dict(),
+                "z": q.z.to_dict(), **({"client_errors": errs} if errs else {}),
             })
             if sum(r is not None for r in grp) < s.min_replies:
                 self._finish(q, "too_few_replies")
             elif q.t >= s.t_max:
                 self._finish(q, "t_max")
+        for key, flags in round_r.items():
+            self.routing.record_round(key[0], key[1], qualities=round_q.get(key, []),
+                                      retained=flags)
         self.totals["failures"] += len(failures)
         self.totals.update(with_answer_failures(
             self.totals, {q.task.task_id: sorted(q.routed) for q in in_flight}, by_query, failures))
@@ -327,6 +336,33 @@ class CollaborationEngine:
             },
         }
         return self.last_round_record
+
+    def _quality(
+        self, q: QueryState, client: str, r: Any, a: Any, domain: str
+    ) -> float | None:
+        """``g_i`` against the z formed **without** this client's votes (leave-one-out, §3.8).
+
+        With its own vote inside z, a client's answer agreed with z by construction and C
+        reinforced itself (an off-domain client ended with a higher math C than the
+        mathematician). ``None`` when the others hold no retained answer: nothing to learn.
+        """
+        if r is None:
+            return None
+        if not a.retained:
+            return 0.0
+        others = [h for h in q.history if h.client_id != client]
+        if not any(h.retained and h.response is not None for h in others):
+            return None
+        z_minus = aggregate(others, kind=q.task.answer_kind, domain=domain,
+                            routing=self.routing, round=q.t,
+                            use_capability=self.settings.use_capability,
+                            use_reliability=self.settings.use_reliability,
+                            options=q.task.options or None)
+        if z_minus.empty or not z_minus.answer:
+            return None
+        sim = similarity_to([r.final_answer], z_minus.answer, q.task.answer_kind,
+                            self.embedder, options=q.task.options or None)[0]
+        return quality_signal(a.score, sim, True)
 
     def _evolve_rules(
         self, server_round: int, replies: Mapping[str, ClientReply], client_ok: Mapping[str, bool]

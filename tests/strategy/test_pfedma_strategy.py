@@ -49,11 +49,19 @@ def test_disagreement_uses_the_round_budget(federation, tmp_path: Path):
     def responder(msgs):
         return answer_json(str(len(msgs[0]["content"])))
 
-    federation(responder=responder)
+    summary, _ = federation(responder=responder)
     queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
     assert all(q["rounds"] == 2 and q["stop_reason"] == "t_max" for q in queries)
-    for q in queries:  # round 2 prefers clients not yet asked for this query
-        assert not set(q["selections"][0]) & set(q["selections"][1])
+    # round 2 prefers in-domain clients (not yet asked, then again) over off-domain ones
+    # (DESIGN §3.12 revision); tiny's 4 profiles: 2 math clients, 1 medicine client
+    domain_of = {"math": "math", "medicine": "medicine"}
+    for q in queries:
+        dom = domain_of[q["domain"]]
+        in_dom = {c for c, d in summary["clients"].items() if dom in d["domains"]}
+        first, second = set(q["selections"][0]), set(q["selections"][1])
+        assert in_dom <= second  # every in-domain client is in round 2 (k_max = 2 >= |in_dom|)
+        off_new = second - in_dom
+        assert not off_new & first  # off-domain places go to clients not yet asked
 
 
 def test_failures_recorded_with_reasons(federation, tmp_path: Path):
