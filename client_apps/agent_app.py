@@ -79,13 +79,10 @@ def load_state(context: Context, agent: ClientAgent) -> AgentState:
     if store is None:
         return agent.new_state()
     st, key = store
-    payload = st.load(key)
-    if payload is None:
+    # a payload of the wrong shape is quarantined like an undecodable file: fresh state
+    state = st.load_as(key, AgentState.from_dict)
+    if state is None:
         return agent.new_state()
-    try:
-        state = AgentState.from_dict(payload)
-    except ValueError as e:
-        st.quarantine(key, f"agent state payload: {e}")  # moves the file aside and raises
     if state.rules.mode != agent.mode:
         logger.warning("stored client state has rules.mode %s but this run uses %s; use a "
                        "separate state-dir per experiment condition", state.rules.mode.value,

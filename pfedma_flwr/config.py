@@ -79,6 +79,11 @@ class StrategyConfig:
     node_wait_timeout: float = 120.0
     # a query round with fewer valid replies than this ends the query (keeps its z so far)
     min_replies: int = 1
+    # status failed:generation (launcher exit 2) when more than this share of answers failed
+    max_failed_share: float = 0.5
+    # client identity: auto (the node's public key in deployment, partition in simulation) |
+    # node (public key only) | declared (the handshake's key; trusted simulations only)
+    identity: str = "auto"
 
 
 @dataclass
@@ -297,6 +302,8 @@ def _validate(cfg: PFedMAConfig) -> None:
         (s.batch_size >= 1, f"strategy.batch_size must be >= 1, got {s.batch_size}"),
         (s.round_timeout > 0, f"strategy.round_timeout must be > 0, got {s.round_timeout}"),
         (s.min_nodes >= 1, f"strategy.min_nodes must be >= 1, got {s.min_nodes}"),
+        (s.identity in ("auto", "node", "declared"),
+         f"strategy.identity must be auto|node|declared, got {s.identity!r}"),
         (s.min_replies >= 1, f"strategy.min_replies must be >= 1, got {s.min_replies}"),
         (0.0 <= a.lambda_pool <= 1.0, f"anomaly.lambda_pool must be in [0,1], got {a.lambda_pool}"),
         (0.0 <= a.alpha_con <= 1.0, f"anomaly.alpha_con must be in [0,1], got {a.alpha_con}"),

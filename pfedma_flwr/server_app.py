@@ -77,7 +77,7 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     strategy = PFedMA(
         engine=engine, round_timeout=cfg.strategy.round_timeout,
         min_nodes=cfg.strategy.min_nodes, node_wait_timeout=cfg.strategy.node_wait_timeout,
-        limits=cfg.protocol.limits(),
+        limits=cfg.protocol.limits(), identity=cfg.strategy.identity,
         on_round_end=on_round_end,
     )
     try:
@@ -91,7 +91,8 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
         raise
     for rec in finished_lines:  # queries ended by finish_all() after the last round
         writer.query(rec)
-    summary = {**result.summary, "status": "completed", "output_dir": str(out),
+    summary = {**result.summary, "status": result.summary.get("status", "completed"),
+               "output_dir": str(out),
                "resumed_from_round": start_round,
                "global_rules": [r.to_dict() for r in engine.rules.rules()]}
     writer.summary(summary)
