@@ -118,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"strategy.batch_size={a.batch_size} strategy.t_max={a.t_max} "
                      f"strategy.k_max={a.k_max} strategy.min_nodes={a.num_clients}")
         if a.agents == "simulated":
-            overrides += (" agent.backend.name=pfedma_flwr.experiments.mock_agents:"
-                          "SimulatedAgentBackend agent.backend.options.data_dir=${data.data_dir}")
+            overrides += " agent.backend.name=simulated"
         rc = {"config-name": "tiny", "output-dir": str(Path(tmp) / "out"), "overrides": overrides}
         cfg = load_config(rc)
         grid = TimedGrid(client_app, a.num_clients, rc)

@@ -91,7 +91,7 @@ class SimulatedAgentBackend(MockBackend):
     leak : float
         Probability that a PrivacyLens answer quotes a sensitive item.
     data_dir : str
-        Benchmark data dir (the tiny size passes ``${data.data_dir}``; empty = the default).
+        Benchmark data dir (empty = the default: ``PFEDMA_DATA_DIR`` or the repo's ``data/``).
     """
 
     name = "simulated"

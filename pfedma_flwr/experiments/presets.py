@@ -12,7 +12,8 @@ config overrides), the table columns and the plots. Format (every key but ``axes
       paper: {config: pfedma, num_clients: 20, set: {...}}
     base: {data.benchmarks: [gsm8k, medqa]}        # every size and variant
     axes:
-      method: {PFedMA: {}, "-all": {anomaly.ablation: "-all"}}
+      method: {PFedMA: {}, "-all": {anomaly.ablation: "-all"},
+               single-agent: {num_clients: 1, strategy.t_max: 1}}
       rho: {"0": {adversary.ratio: 0.0}, "0.2": {adversary.ratio: 0.2}}
     columns: [ACC, ASR]
     plots: [{kind: line, x: rho, y: ASR, hue: method}]
@@ -37,6 +38,9 @@ from pfedma_flwr.config import CONF_DIR
 EXPERIMENTS_DIR = CONF_DIR / "experiments"
 SIZES = ("tiny", "small", "paper")
 PLOT_KINDS = ("bar", "line", "grid", "benchmarks", "selection", "capability")
+# Reserved key of an axis level: the number of simulated clients of that variant (not a
+# config key; it wins over the size's and the command line's client count).
+NUM_CLIENTS_KEY = "num_clients"
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ class Variant:
     name: str
     labels: dict[str, str]
     overrides: dict[str, Any]
+    # a level's reserved ``num_clients`` key (the single-agent baseline runs one client)
+    num_clients: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,9 +89,12 @@ class ExperimentPreset:
         for levels in itertools.product(*(list(self.axes[a].items()) for a in names)):
             labels = {a: lvl for a, (lvl, _) in zip(names, levels, strict=True)}
             over: dict[str, Any] = {}
+            n_clients = None
             for _, o in levels:
-                over.update(o)
-            out.append(Variant(name=variant_name(labels), labels=labels, overrides=over))
+                over.update({k: v for k, v in o.items() if k != NUM_CLIENTS_KEY})
+                n_clients = o.get(NUM_CLIENTS_KEY, n_clients)
+            out.append(Variant(name=variant_name(labels), labels=labels, overrides=over,
+                               num_clients=n_clients))
         return out
 
     def size(self, size: str) -> SizeSpec:
@@ -163,6 +172,11 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
     for a, levels in axes.items():
         if not levels:
             raise ValueError(f"experiment {name}: axis {a!r} has no levels")
+        for lvl, o in levels.items():
+            n = o.get(NUM_CLIENTS_KEY)
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise ValueError(f"experiment {name}: axes.{a}.{lvl}.num_clients must be an "
+                                 f"int >= 1, got {n!r}")
     cols = tuple(str(c) for c in d.get("columns") or ("ACC",))
     clash = sorted(set(cols) & set(axes))
     if clash:

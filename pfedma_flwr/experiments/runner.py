@@ -95,7 +95,7 @@ def plan(preset: ExperimentPreset, size: str, output_dir: Path, *,
                 "output.progress": False}
         out.append((v, VariantRun(
             experiment=preset.name, variant=v.name, config=spec.config,
-            num_clients=num_clients or spec.num_clients,
+            num_clients=v.num_clients or num_clients or spec.num_clients,
             overrides=overrides_text(over, extra), output_dir=output_dir / "runs" / v.name)))
     return out
 

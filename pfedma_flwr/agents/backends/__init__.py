@@ -40,6 +40,16 @@ BACKENDS.add("embedded", _lazy("llama_cpp_backend", "LlamaCppBackend"))
 BACKENDS.add("mock", MockBackend)
 
 
+def _simulated(**kwargs: Any) -> Backend:
+    # The experiments' scripted expert agents, by registry name: clients refuse module:attr
+    # plug-ins from the run config, so the tiny experiment size must not need one.
+    mod = importlib.import_module("pfedma_flwr.experiments.mock_agents")
+    return mod.SimulatedAgentBackend(**kwargs)  # type: ignore[no-any-return]
+
+
+BACKENDS.add("simulated", _simulated)
+
+
 def _freeze(v: Any) -> Any:
     if isinstance(v, dict):
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
