@@ -4,7 +4,9 @@
         [--schema] [--threads 2] [--reps 2]
 
 Greedy; both modes get the same 8 prompts (shared agent system prompt, different questions),
-and the script checks that their texts are identical before reporting the speed ratio.
+and the script checks that their texts are identical before reporting the speed ratio. Without
+``--schema`` the prompts are the agents' free-text reasoning prompts (``response_format:
+reasoning``, what clients run by default); with it, the JSON-schema answer format.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pfedma_flwr.agents.backends.llama_cpp_backend import LlamaCppBackend  # noq
 from pfedma_flwr.agents.prompting import (  # noqa: E402
     RESPONSE_JSON_SCHEMA,
     build_agent_messages,
+    build_reasoning_messages,
 )
 
 logger = logging.getLogger("bench_batched")
@@ -51,9 +54,9 @@ def write_row(path: Path, row: str) -> None:
             SECTION,
             "",
             "`bench/bench_batched_generation.py [--schema]`: agent prompts (shared system "
-            "prompt), greedy, best of `--reps`, both modes in one run; JSON schema = the agents' "
-            "grammar-constrained answer format (what clients run); identical = batched texts "
-            "equal one-by-one.",
+            "prompt), greedy, best of `--reps`, both modes in one run; JSON schema = the "
+            "grammar-constrained JSON answer format, no = the free-text reasoning prompt (what "
+            "clients run by default); identical = batched texts equal one-by-one.",
             "",
             "| model | JSON schema | prompts | max tokens | batched s | one-by-one s | speed-up "
             "| identical |",
@@ -77,10 +80,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "models.md")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    prompts = [
-        build_agent_messages(profile_prompt="You are a careful math tutor.", query_text=q)
-        for q in (QUESTIONS * 4)[: args.n]
-    ]
+    build = build_agent_messages if args.schema else build_reasoning_messages
+    prompts = [build(profile_prompt="You are a careful math tutor.", query_text=q)
+               for q in (QUESTIONS * 4)[: args.n]]
     kw = {"model": args.model, "n_ctx": 2048, "n_threads": args.threads, "max_batch": args.n}
     backends = {m: LlamaCppBackend(mode=m, **kw) for m in ("batched", "sequential")}
     best: dict[str, float] = {}

@@ -86,8 +86,10 @@ def test_tls_auth_deployment_survives_a_killed_supernode(tmp_path: Path):
     rounds = _lines(out / "rounds.jsonl")
     assert summary["status"] == "completed" and summary["num_clients"] == 3
     assert summary["num_queries"] == len(queries) == 6
-    # The engine keys clients by their stable client key ("partition-<id>"), not node ids.
-    ids = [f"partition-{k}" for k in range(3)]
+    # The engine keys deployed clients by their public key ("key-<fingerprint>"), stable across
+    # runs; the declared "partition-<id>" stays only as a label (docs/threat_model.md).
+    label = {d["client_key"]: k for k, d in summary["clients"].items()}
+    ids = [label[f"partition-{k}"] for k in range(3)]
     dead, alive = ids[KILLED], [n for k, n in enumerate(ids) if k != KILLED]
     assert len(set(node_ids)) == 3
     # Round 1 (before the kill): every node answered.
