@@ -31,7 +31,9 @@ from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol import ClientDescription
 from pfedma_flwr.rules.local_repo import LocalRuleRepository, RuleMode
+from pfedma_flwr.rules.outgoing import check_outgoing, client_secrets
 from pfedma_flwr.rules.pii import PiiRecognizer
+from pfedma_flwr.rules.policy import initial_local_rules, profile_entities
 from pfedma_flwr.schema import (
     DEFAULT_LIMITS,
     ClientReply,
@@ -179,8 +181,18 @@ class ClientAgent:
                                  client_key=self.client_key)
 
     def new_state(self) -> AgentState:
-        """State of a client on first participation."""
-        return AgentState(rules=LocalRuleRepository(mode=self.mode))
+        """State of a client on first participation: its initial local policy (issue 12).
+
+        Rules: its profile domains' entity types and ``D_i``'s sensitive items as literals
+        (:func:`~pfedma_flwr.rules.policy.initial_local_rules`). ``X_i`` starts with ``D_i``'s
+        questions, so relevance of a global rule is measured on the client's own data from its
+        first message on (``X_i`` never leaves the client).
+        """
+        rules = initial_local_rules(entity_types=profile_entities(self.profile.domains),
+                                    sensitive_items=self.sensitive_items)
+        seed = [t.question[:300] for t in self.private_data][: self.experience_size]
+        return AgentState(rules=LocalRuleRepository(mode=self.mode, rules=rules),
+                          experience=seed)
 
     def respond(self, ins: RespondInstruction, state: AgentState) -> ClientReply:
         """Answer every routed query of ``ins`` in one batched generation (DESIGN §1 step 3)."""
@@ -255,13 +267,18 @@ class ClientAgent:
                 self._learn(state, q, raw.final_answer)
         state.rounds += 1
         logger.debug("adapted %d global rules", len(adapt.adopted) if adapt else 0)
-        return ClientReply(
+        return self._outgoing(state, ClientReply(
             responses=tuple(responses), candidates=tuple(candidates.values()),
             feedback=tuple(state.rules.round_feedback()),
             backend_calls=1 + (1 if repaired else 0),
             tokens=sum(g.tokens for g in gens) + sum(repaired.values()),
             gen_seconds=gen_seconds,
-        )
+        ))
+
+    def _outgoing(self, state: AgentState, reply: ClientReply) -> ClientReply:
+        """The last check before sending: no ``D_i`` item, no local literal (issue 12 item 6)."""
+        literals = [lit for r in state.rules.all_rules() for lit in r.literals]
+        return check_outgoing(reply, client_secrets(self.sensitive_items, literals))[0]
 
     def _seed(self, server_round: int) -> int:
         """The agent's seed for a round: independent of other agents' seeds, reproducible."""

@@ -282,7 +282,8 @@ class CollaborationEngine:
             for c, r, a in zip(cids, grp, res, strict=True):
                 q.history.append(RoundResponse(client_id=c, round=q.t, response=r,
                                                retained=a.retained, anomaly=a.score))
-                client_ok[c] = client_ok.get(c, True) and a.retained
+                # Per query round (issue 12): one retained answer lets the client contribute.
+                client_ok[c] = client_ok.get(c, False) or a.retained
             q.z = aggregate(q.history, kind=q.task.answer_kind, domain=domain,
                             routing=self.routing, round=q.t,
                             use_capability=s.use_capability, use_reliability=s.use_reliability,
@@ -367,11 +368,21 @@ class CollaborationEngine:
     def _evolve_rules(
         self, server_round: int, replies: Mapping[str, ClientReply], client_ok: Mapping[str, bool]
     ) -> dict[str, Any]:
-        """Feedback → H-scores, then pool → promotion → Resolve (DESIGN §3.1–3.5)."""
-        if self.settings.rule_mode not in PROMOTE_MODES:
-            return {"mode": self.settings.rule_mode, "promoted": 0}
+        """Feedback → H-scores, then pool → promotion → Resolve (DESIGN §3.1–3.5).
+
+        Feedback moves H wherever rules are redistributed (full, G2L); promotion runs in full
+        and L2G only (docs/rules.md, the mode table).
+        """
+        mode = self.settings.rule_mode
+        if mode not in PROMOTE_MODES and mode not in REDISTRIBUTE_MODES:
+            return {"mode": mode, "promoted": 0}
         fb = self.rules.apply_feedback({c: r.feedback for c, r in replies.items()})
-        # Only clients whose every response this round was retained contribute candidates.
+        if mode not in PROMOTE_MODES:
+            return {"mode": mode, "promoted": 0, "feedback": _asdict(fb),
+                    "h_scores": {r.rule_id: [r.h_score, r.n_evals, r.active]
+                                 for r in self.rules.rules()}}
+        # Clients with at least one answer retained this round contribute candidates: an
+        # answer's retention is per query round, and a candidate is not tied to one query.
         retained = {c for c, ok in client_ok.items() if ok}
         pool = build_candidate_pool({c: r.candidates for c, r in replies.items()}, retained,
                                     self.embedder, sim_threshold=self.settings.sim_threshold,

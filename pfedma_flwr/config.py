@@ -17,9 +17,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pfedma_flwr.resources import conf_dir
 from pfedma_flwr.validation import Limits
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# the repository's conf/, or the copy a wheel ships inside the package (resources.py)
+CONF_DIR = conf_dir()
 
 RULE_MODES = ("full", "NR", "SR", "LE", "G2L", "L2G")
 ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
@@ -133,6 +135,9 @@ class RulesConfig:
     phi_default: float = 0.3
     # presidio | regex
     pii: str = "presidio"
+    # server's initial global policy: built-in names of pfedma_flwr.rules.policy.GLOBAL_POLICIES
+    global_policy: list[str] = field(default_factory=lambda: [
+        "contact_query", "identifiers_query", "contact_response", "names_response"])
 
 
 @dataclass

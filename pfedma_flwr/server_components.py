@@ -15,6 +15,7 @@ from pfedma_flwr.routing.orchestrator import ORCHESTRATORS, Orchestrator
 from pfedma_flwr.routing.state import RoutingTable
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
+from pfedma_flwr.rules.policy import initial_global_rules, new_id_prefix
 
 _BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
     "embedded": ("model", "n_threads", "n_ctx", "mode", "max_batch"),
@@ -60,6 +61,16 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
                    use_reliability=r.use_reliability, embedder=embedder, **extra)
 
 
+def build_global_rules(cfg: PFedMAConfig, embedder: Embedder) -> GlobalRuleRepository:
+    """``Ω_global`` with a run-unique id prefix and the initial policy (none under ``NR``)."""
+    ru = cfg.rules
+    repo = GlobalRuleRepository(embedder=embedder, sim_threshold=ru.sim_threshold,
+                                id_prefix=new_id_prefix())
+    if ru.mode != "NR":
+        repo.seed(initial_global_rules(ru.global_policy))
+    return repo
+
+
 def build_engine(
     cfg: PFedMAConfig, tasks: Sequence[Task],
     on_query_end: Callable[[dict[str, Any]], None] | None = None,
@@ -79,7 +90,7 @@ def build_engine(
     return CollaborationEngine(
         tasks=tasks, orchestrator=build_orchestrator(cfg, embedder),
         judge=build_judge(cfg, embedder), embedder=embedder,
-        rules=GlobalRuleRepository(embedder=embedder, sim_threshold=ru.sim_threshold),
+        rules=build_global_rules(cfg, embedder),
         routing=RoutingTable(eta=r.eta), recognizer=get_recognizer(ru.pii),
         settings=settings, on_query_end=on_query_end,
     )

@@ -338,6 +338,28 @@ class GlobalRuleRepository:
         logger.debug("rule update %s", report)
         return report
 
+    def seed(self, rules: Sequence[GlobalRule]) -> list[str]:
+        """Add the server's initial policy (active, ``H = N = 0``, round 0); returns new ids.
+
+        Ids are re-assigned from this repository's counter; a rule equivalent (same text and
+        spec) to a stored one is skipped, so seeding a resumed repository adds nothing.
+        """
+        have = {(r.text, _spec_key(r)) for r in self._rules}
+        new = []
+        for g in rules:
+            check_detectors(g.entity_types, g.patterns)
+            if (g.text, _spec_key(g)) in have or len(self._rules) + len(new) >= self.max_rules:
+                continue
+            self._next_id += 1
+            new.append(dataclasses.replace(g, rule_id=f"{self.id_prefix}{self._next_id}",
+                                           h_score=0.0, n_evals=0, active=True, created_round=0))
+            have.add((g.text, _spec_key(g)))
+        if new:
+            emb = np.asarray(self.embedder.encode([r.text for r in new]), dtype=np.float32)
+            self._rules.extend(new)
+            self._emb = np.vstack([self._emb, emb])
+        return [r.rule_id for r in new]
+
     # ------------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pfedma_flwr.rules.enforcement import (
     find_uncovered,
 )
 from pfedma_flwr.rules.generalize import generalize, is_shareable, rule_from_uncovered
-from pfedma_flwr.rules.model import PrivacyRule, from_global, load_rule_lenient
+from pfedma_flwr.rules.model import PrivacyRule, from_global, literal_regex, load_rule_lenient
 from pfedma_flwr.rules.modes import (
     AdaptDecision,
     AdaptReport,
@@ -33,6 +33,7 @@ from pfedma_flwr.rules.modes import (
     relevance,
 )
 from pfedma_flwr.rules.pii import PiiRecognizer
+from pfedma_flwr.rules.relevance import MAX_ITEMS, detector_relevance, fire_matrix
 from pfedma_flwr.rules.safety import MatchBudget
 from pfedma_flwr.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
 
@@ -43,9 +44,14 @@ REPO_VERSION = 1
 MAX_ADOPTED_GLOBAL = 128
 #: Seconds of pattern matching for all responses of one message (all rules together).
 MESSAGE_MATCH_BUDGET_S = 1.0
+#: Stored entries (local and global-origin). Past it, inactive global copies go first, then
+#: inactive detector-only local rules, then the oldest global copies; literal-bearing local
+#: rules are never evicted (they are bounded by the client's own sensitive items).
+MAX_LOCAL_RULES = 256
 
 __all__ = [
     "MAX_ADOPTED_GLOBAL",
+    "MAX_LOCAL_RULES",
     "MESSAGE_MATCH_BUDGET_S",
     "AdaptDecision",
     "AdaptReport",
@@ -65,6 +71,9 @@ class _Entry:
     n_conflict: int = 0
     # counts at the last round_feedback() call; Δ = current − reported (global-origin rules)
     reported: tuple[int, int, int] = (0, 0, 0)
+    # local id -> the global copy ("g:<id>") that won against it in adapt(); only that copy
+    # may hand the flag back, so a rule displaced by one copy is not revived by another
+    displaced_by: str | None = None
 
 
 class LocalRuleRepository:
@@ -146,10 +155,57 @@ class LocalRuleRepository:
         self._budget = MatchBudget(budget_s)
         return self._budget
 
-    def _insert(self, rule: PrivacyRule, *, active: bool) -> None:
+    def _insert(self, rule: PrivacyRule, *, active: bool) -> bool:
+        """Store a new entry; ``False`` (nothing stored) if the cap leaves no room for it."""
         if rule.rule_id in self._entries:
             raise ValueError(f"duplicate rule id {rule.rule_id!r}")
+        if len(self._entries) >= MAX_LOCAL_RULES and not self._evict_one():
+            if rule.origin == "global" or not rule.literals:
+                logger.warning("local rule cap %d reached: %s rule not stored",
+                               MAX_LOCAL_RULES, rule.origin)
+                return False
+            # protection only grows: a literal rule of this client is kept above the cap
         self._entries[rule.rule_id] = _Entry(rule=rule, active=active)
+        return True
+
+    def _evict_one(self) -> bool:
+        """Drop one entry by the eviction order of :data:`MAX_LOCAL_RULES`; ``False`` if none."""
+        tiers = (
+            lambda e: e.rule.origin == "global" and not e.active,
+            lambda e: e.rule.origin == "local" and not e.active and not e.rule.literals,
+            lambda e: e.rule.origin == "global",
+        )
+        for tier in tiers:
+            for rid, e in self._entries.items():
+                if tier(e):
+                    self._drop(rid)
+                    return True
+        return False
+
+    def _drop(self, rid: str) -> None:
+        """Remove an entry; local rules it displaced get their flag back."""
+        self._entries.pop(rid, None)
+        for e in self._entries.values():
+            if e.displaced_by == rid:
+                e.active, e.displaced_by = True, None
+
+    def reactivate_matching(self, uncovered: Sequence[Uncovered]) -> list[str]:
+        """Re-activate inactive local rules whose detectors cover an uncovered item.
+
+        Issue 12: a global rule had displaced a literal rule; the item it protects reached a
+        response uncovered and leaked. Quarantined rules stay out of service.
+        """
+        out = []
+        for rid, e in self._entries.items():
+            if e.active or e.rule.origin != "local" or rid in self._quarantined:
+                continue
+            types = set(e.rule.entity_types)
+            if any(set(u.entity_types) & types or any(
+                    literal_regex(lit).search(u.value) for lit in e.rule.literals)
+                   for u in uncovered):
+                e.active, e.displaced_by = True, None
+                out.append(rid)
+        return out
 
     def next_local_id(self) -> str:
         """A fresh local rule id (``local-<n>``; never derived from rule content)."""
@@ -169,8 +225,12 @@ class LocalRuleRepository:
         key = rule.spec_key()
         for rid, e in self._entries.items():
             if e.rule.origin == "local" and e.rule.spec_key() == key:
+                if not e.active and rid not in self._quarantined:
+                    # the same constraint found uncovered again: its rule protects again
+                    e.active, e.displaced_by = True, None
                 return rid
-        self._insert(rule, active=True)
+        if not self._insert(rule, active=True):
+            return ""
         return rule.rule_id
 
     def handle_uncovered(
@@ -188,7 +248,7 @@ class LocalRuleRepository:
         for u in uncovered:
             rule = rule_from_uncovered(u, rule_id=self.next_local_id(), action=action)
             rid = self.add_local_rule(rule)
-            if self.mode.upload:
+            if rid and self.mode.upload:
                 cand = generalize(self._entries[rid].rule)
                 if is_shareable(cand):
                     out.setdefault((cand.text, cand.action), cand)
@@ -218,6 +278,7 @@ class LocalRuleRepository:
                 response, sensitive_items, self.active_rules("response"), recognizer,
                 budget=self._budget,
             )
+            self.reactivate_matching(found)
             candidates = self.handle_uncovered(found, action=action)
         result = enforce_response(
             response,
@@ -273,18 +334,25 @@ class LocalRuleRepository:
         *,
         sim_threshold: float = 0.9,
         phi_default: float = 0.3,
+        recognizer: PiiRecognizer | None = None,
     ) -> AdaptReport:
         """Selective global-to-local adaptation (DESIGN §3.6, seed App. F).
 
         Starts the message's matching budget (:meth:`begin_message`). At most
         :data:`MAX_ADOPTED_GLOBAL` active global rules are considered, in the given order; one
         whose detectors fail :func:`~pfedma_flwr.rules.model.check_detectors` is quarantined.
-        For each active global rule ``ω_g`` (in the given order): its counterpart is the most
-        similar other stored rule of the same scope with cos ≥ ``sim_threshold``. With one,
-        ``ω_g`` becomes active iff ``Φ(ω_g) > Φ(ω_l)`` and the counterpart takes the opposite
-        flag (ties keep the local rule). Without one, ``ω_g`` is active iff
-        ``Φ(ω_g) > phi_default``. The non-selected rule stays stored, inactive. Re-adapting a
-        global id updates its stored copy (counters kept), never duplicates it.
+        Global copies not in ``global_rules`` are stale and dropped (what they displaced is
+        re-activated). For each active global rule ``ω_g`` (in the given order): its
+        counterpart is the most similar *local-origin* rule of the same scope with
+        cos ≥ ``sim_threshold`` that is active or was displaced by this same copy. With one,
+        ``ω_g`` becomes active iff ``Φ(ω_g) > Φ(ω_l)`` and a counterpart without literals takes
+        the opposite flag (ties keep the local rule); a literal-bearing counterpart always stays
+        active (protection only grows). Without one, ``ω_g`` is active iff
+        ``Φ(ω_g) > phi_default``. ``Rel`` in ``Φ`` is
+        :func:`~pfedma_flwr.rules.relevance.detector_relevance` over the last
+        :data:`~pfedma_flwr.rules.relevance.MAX_ITEMS` experience items (``recognizer`` fires
+        entity types; without one the regex recognizer stands in). Re-adapting a global id
+        updates its stored copy (counters kept), never duplicates it.
         """
         if not -1.0 <= sim_threshold <= 1.0:
             raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
@@ -306,36 +374,55 @@ class LocalRuleRepository:
                 continue
             todo.append(g)
         skipped = len(global_rules) - len(todo)
+        # Global copies whose rule left the snapshot are stale (a repository of another run,
+        # a rule the server dropped): removed, and what they displaced protects again.
+        sent = {f"g:{g.rule_id}" for g in global_rules}
+        for rid in [r for r, e in self._entries.items()
+                    if e.rule.origin == "global" and r not in sent]:
+            self._drop(rid)
         if not todo:
             return AdaptReport(skipped=skipped)
         # Insert/update first so every rule (old and new) is embedded in one encode call.
         new_ids: set[str] = set()
+        kept: list[GlobalRule] = []
         for g in todo:
             local = from_global(g)
             if local.rule_id in self._entries:
                 self._entries[local.rule_id].rule = local
-            else:
-                self._insert(local, active=False)
+            elif self._insert(local, active=False):
                 new_ids.add(local.rule_id)
+            else:
+                continue
+            kept.append(g)
+        skipped += len(todo) - len(kept)
         ids = list(self._entries)
-        emb = embedder.encode([self._entries[i].rule.text for i in ids])
-        exp = embedder.encode(list(experience)) if experience else np.zeros((0, emb.shape[1]))
-        rel = np.maximum(0.0, (emb @ exp.T).max(axis=1)) if len(exp) else np.zeros(len(ids))
+        rules = [self._entries[i].rule for i in ids]
+        items = [x for x in experience if x][-MAX_ITEMS:]
+        embs = embedder.encode([r.text for r in rules] + items)
+        emb, exp = embs[: len(ids)], embs[len(ids):]
+        fires = fire_matrix(rules, items, recognizer, budget=self._budget)
+        rel = detector_relevance(fires, emb, exp)
         sims = emb @ emb.T
         row = {rid: k for k, rid in enumerate(ids)}
-        scopes = np.array([self._entries[i].rule.scope for i in ids])
+        scopes = np.array([r.scope for r in rules])
         usable = np.array([i not in self._quarantined for i in ids], dtype=bool)
+        is_local = np.array([r.origin == "local" for r in rules], dtype=bool)
 
         def phi(rid: str) -> float:
             e = self._entries[rid]
             return local_utility(float(rel[row[rid]]), e.n_trigger, e.n_valid, e.n_conflict)
 
         decisions: list[AdaptDecision] = []
-        for g in todo:
+        for g in kept:
             gid = f"g:{g.rule_id}"
             k = row[gid]
+            # The counterpart is a local rule in service (or one this very copy displaced):
+            # never another global copy, never a rule some other copy displaced.
+            free = np.array([self._entries[i].active or self._entries[i].displaced_by == gid
+                             for i in ids], dtype=bool)
             # 1e-6 absorbs float32 rounding of a cosine that is exactly the threshold.
-            cand = (scopes == g.scope) & (sims[k] >= sim_threshold - 1e-6) & usable
+            cand = (scopes == g.scope) & (sims[k] >= sim_threshold - 1e-6) & usable & is_local
+            cand &= free
             cand[k] = False
             phi_g = phi(gid)
             if cand.any():
@@ -344,7 +431,10 @@ class LocalRuleRepository:
                 phi_l = phi(lid)
                 win = phi_g > phi_l
                 self._entries[gid].active = win
-                self._entries[lid].active = not win
+                le = self._entries[lid]
+                # Protection only grows: a literal-bearing local rule is never switched off.
+                keep_local = not win or bool(le.rule.literals)
+                le.active, le.displaced_by = keep_local, None if keep_local else gid
                 decisions.append(AdaptDecision(g.rule_id, lid, phi_g, phi_l, win, gid in new_ids))
             else:
                 win = phi_g > phi_default
@@ -367,6 +457,7 @@ class LocalRuleRepository:
                     "active": e.active,
                     "counts": [e.n_trigger, e.n_valid, e.n_conflict],
                     "reported": list(e.reported),
+                    **({"displaced_by": e.displaced_by} if e.displaced_by else {}),
                 }
                 for e in self._entries.values()
             ],
@@ -399,6 +490,8 @@ class LocalRuleRepository:
                 e = repo._entries[rule.rule_id]
                 e.n_trigger, e.n_valid, e.n_conflict = counts
                 e.reported = (reported[0], reported[1], reported[2])
+                by = item.get("displaced_by")
+                e.displaced_by = str(by)[:200] if by else None
         except (KeyError, TypeError) as e:
             raise ValueError(f"local rule repository payload is malformed: {e!r}") from None
         return repo

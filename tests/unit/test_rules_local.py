@@ -51,21 +51,22 @@ def test_relevance(exp, expected):
 LOCAL_T = "do not reveal person in responses (local)"
 G_SAME = "do not reveal person in responses"
 G_OTHER = "do not reveal email address in responses"
-EXP = "patient notes"
+EXP = "patient notes, write to ann@example.org"
 
 
 def _g(rid: str, text: str, action: str = "redact", active: bool = True) -> GlobalRule:
+    types = ("EMAIL_ADDRESS",) if text == G_OTHER else ("PERSON",)
     return GlobalRule(rule_id=rid, text=text, category="c", action=action,
-                      entity_types=("PERSON",), active=active)
+                      entity_types=types, active=active)
 
 
 def _outcome(rid: str, valid: bool, conflict: bool) -> EnforcementResult:
     return EnforcementResult(None, False, (RuleOutcome(rid, True, valid, conflict, 1),))
 
 
-def _repo(mode: RuleMode = RuleMode.FULL) -> LocalRuleRepository:
+def _repo(mode: RuleMode = RuleMode.FULL, literals: tuple[str, ...] = ()) -> LocalRuleRepository:
     local = PrivacyRule(rule_id="l1", text=LOCAL_T, category="c", entity_types=("PERSON",),
-                        literals=("Alice Zed",))
+                        literals=literals)
     return LocalRuleRepository(mode=mode, rules=[local])
 
 
@@ -75,7 +76,7 @@ def _emb(g_same_vs_local: float) -> DictEmbedder:
         LOCAL_T: [1, 0, 0],
         G_SAME: [s, (1 - s * s) ** 0.5, 0],
         G_OTHER: [0, 0, 1],
-        EXP: [0, 0, 1],  # experience only relevant to the email rule
+        EXP: [0, 0, 1],  # experience holds an email: only the email rule fires on it
     })
 
 
@@ -122,9 +123,20 @@ def test_adapt_threshold(sim, experience, expected_active, counterpart):
     assert rep.decisions[0].active is expected_active
 
 
+def test_adapt_literal_counterpart_is_never_switched_off():
+    repo = _repo(literals=("Alice Zed",))
+    repo.adapt([_g("g1", G_SAME)], [], _emb(0.95))
+    repo.record_enforcement(_outcome("l1", valid=False, conflict=True))
+    # Φ(g) = 0 > Φ(l) = −1: g wins and becomes active, but l1 holds a literal: it stays on
+    rep = repo.adapt([_g("g1", G_SAME)], [], _emb(0.95))
+    assert rep.decisions[0].active
+    assert repo.is_active("g:g1") and repo.is_active("l1")
+
+
 def test_adapt_default_policy_threshold():
     repo = _repo()
-    # email rule: no counterpart; Rel = cos(G_OTHER, EXP) = 1 -> Φ = 1 > 0.3 -> adopted;
+    # email rule: no counterpart; its detector fires on the one item (F = 1, min(1, 1/0.125) = 1)
+    # and cos(G_OTHER, EXP) = 1: Rel = 1 · (0.5 + 0.5) = 1 -> Φ = 1 > 0.3 -> adopted;
     # with phi_default = 1.0, Φ = 1 is not > 1 -> rejected.
     assert repo.adapt([_g("g2", G_OTHER)], [EXP], _emb(0.5)).adopted == ["g2"]
     repo2 = _repo()
