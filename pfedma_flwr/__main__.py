@@ -1,7 +1,7 @@
-"""``python -m pfedma_flwr run ...``."""
+"""``python -m pfedma_flwr run|experiment|report ...`` (the ``pfedma`` command)."""
 
 import sys
 
-from pfedma_flwr.launch import main
+from pfedma_flwr.cli import main
 
 sys.exit(main())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -25,8 +26,13 @@ from typing import Any
 import httpx
 
 from pfedma_flwr.persistence import private_dir
+from pfedma_flwr.resources import app_dir
+from pfedma_flwr.resources import data_dir as default_data_dir
 
-APP_DIR = Path(__file__).resolve().parent.parent
+# the clone's root, or the installed package's minimal app dir (pfedma_flwr/resources.py)
+APP_DIR = app_dir()
+# colour and cursor sequences of Flower's and rich's terminal output; run.log is plain text
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 DEFAULT_PORT = 39291
 
 
@@ -41,10 +47,12 @@ def _env(flwr_home: Path, port: int) -> dict[str, str]:
         FLWR_LOCAL_CONTROL_API_PORT=str(port + 2),
         RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0",
         RAY_DEDUP_LOGS="0",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
     )
+    # Offline unless the user said otherwise: nothing downloads from a hub at run time by
+    # default, but an explicit HF_HUB_OFFLINE=0 (e.g. to fill the cache) is theirs to give.
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", env["HF_HUB_OFFLINE"])
     return env
 
 
@@ -160,7 +168,7 @@ def run(
     if not output_dir.is_dir():  # results are private (answers, claims); an existing dir is kept
         private_dir(output_dir)
     # The app bundle carries no data files: point the run at the repository's data/ by default.
-    data_dir = str(Path(data_dir).resolve()) if data_dir else str(APP_DIR / "data")
+    data_dir = str(Path(data_dir).resolve()) if data_dir else str(default_data_dir())
     flwr_home = output_dir / ".flwr"
     env = _env(flwr_home, port)
     link = start_superlink(flwr_home, port, output_dir / "superlink")
@@ -266,7 +274,7 @@ def _follow(run_id: int, env: dict[str, str], log_path: Path, timeout: float) ->
             for line in proc.stdout:
                 sys.stdout.write(line)
                 sys.stdout.flush()
-                log.write(line)
+                log.write(_ANSI.sub("", line))
                 if time.monotonic() > deadline:
                     break
         finally:

@@ -11,6 +11,7 @@ from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
+from pfedma_flwr import report
 from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config, to_yaml
 from pfedma_flwr.data.split import sample_eval_tasks
 from pfedma_flwr.progress import RoundProgress
@@ -102,5 +103,11 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Flower entry point."""
+    started = report.now()
     cfg = load_config(dict(context.run_config))
-    run_server(grid, cfg)
+    cfg.output.dir = str(output_dir(cfg))  # one dir for the run and its report, also if unset
+    try:
+        run_server(grid, cfg)
+    finally:  # report.md, plots and run_info.json, also for a failed run (never raises)
+        report.finish_server_run(Path(cfg.output.dir), cfg, flower_run_id=context.run_id,
+                                 started_at=started)

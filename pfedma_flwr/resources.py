@@ -1,0 +1,52 @@
+"""Where the app's files are: ``conf/``, ``data/`` and the Flower app dir, in a clone or a wheel.
+
+A clone (or an editable install, or the app bundle Flower unpacks) has ``conf/`` and ``data/``
+beside the package. A wheel ships them inside the package as ``pfedma_flwr/_conf`` and
+``pfedma_flwr/_data`` (``[tool.setuptools.package-dir]`` in ``pyproject.toml``), and ships a
+minimal Flower app dir, ``pfedma_flwr/_app`` (its ``pyproject.toml`` only): with runtime
+dependency installation off, Flower imports the app's modules from the installed package.
+The packaged copies are looked at first, so an unrelated ``site-packages/conf`` is never used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+_ROOT = PACKAGE_DIR.parent
+
+
+def _first_dir(*candidates: Path) -> Path:
+    """The first candidate that is a directory, else the last one (errors then name it)."""
+    for c in candidates:
+        if c.is_dir():
+            return c
+    return candidates[-1]
+
+
+def conf_dir() -> Path:
+    """The directory of the YAML presets (``pfedma.yaml``, ``tiny.yaml``, ``experiments/``)."""
+    return _first_dir(PACKAGE_DIR / "_conf", _ROOT / "conf")
+
+
+def data_dir() -> Path:
+    """The benchmark data directory shipped with the app (``gsm8k/``, ``medqa/``, ...)."""
+    return _first_dir(PACKAGE_DIR / "_data", _ROOT / "data")
+
+
+def is_source_tree() -> bool:
+    """Whether the package runs from a clone: a Flower app ``pyproject.toml`` beside it."""
+    project = _ROOT / "pyproject.toml"
+    try:
+        return project.is_file() and "[tool.flwr.app]" in project.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def app_dir() -> Path:
+    """The directory ``flwr run`` is given: the clone's root, else the packaged ``_app``.
+
+    From a clone the app bundle carries the source itself (DESIGN §2); from a wheel it carries
+    only ``pyproject.toml`` and the ServerApp/ClientApp import the installed package.
+    """
+    return _ROOT if is_source_tree() else PACKAGE_DIR / "_app"
