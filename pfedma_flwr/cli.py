@@ -69,7 +69,7 @@ def _run(argv: list[str]) -> int:
         if existing_results(out):  # nothing to report when the run wrote no result
             try:
                 path = rep.write_report(out)
-                print(f"[pfedma] report: {path}", flush=True)
+                print(f"{rep.headline(out)}\n[pfedma] report: {path}", flush=True)
             except (OSError, ValueError) as e:
                 sys.stderr.write(f"[pfedma] report not written: {e}\n")
 

@@ -239,7 +239,7 @@ def write_plots(run: RunDir, out: Path) -> list[str]:
         ax.set_ylabel("accuracy (%)")
         ax.set_title("accuracy per benchmark")
         fig.tight_layout()
-        fig.savefig(out / ACCURACY_PNG, dpi=110)
+        _save(fig, out / ACCURACY_PNG)
         plt.close(fig)
         written.append(ACCURACY_PNG)
     table = round_table(run.rounds)
@@ -260,10 +260,22 @@ def write_plots(run: RunDir, out: Path) -> list[str]:
             a.set_xticks(x)
         fig.suptitle("answers and tokens per round")
         fig.tight_layout()
-        fig.savefig(out / ROUNDS_PNG, dpi=110)
+        _save(fig, out / ROUNDS_PNG)
         plt.close(fig)
         written.append(ROUNDS_PNG)
     return written
+
+
+def _save(fig: Any, path: Path) -> None:
+    # owner-only like every other file of the run (results.py)
+    fig.savefig(path, dpi=110)
+    os.chmod(path, 0o600)
+
+
+def headline(path: Path | str) -> str:
+    """The headline table of a run dir's ``report.md`` (status, accuracy, cost), for a terminal."""
+    text = (Path(path) / REPORT).read_text(encoding="utf-8")
+    return text.split("\n\n")[1] if text.count("\n\n") >= 1 else text
 
 
 def write_report(path: Path | str) -> Path:
@@ -337,10 +349,14 @@ def _sha256(path: Path) -> str:
 
 
 def update_run_info(path: Path | str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge ``fields`` into ``<path>/run_info.json`` (``None`` values keep what is there)."""
+    """Merge ``fields`` into ``<path>/run_info.json``.
+
+    A ``None`` value (this writer does not know, e.g. the commit inside the app bundle) keeps
+    a value another writer recorded, and is written only where there is none.
+    """
     target = Path(path) / RUN_INFO
     current = _read_json(target, []) if target.exists() else {}
-    current.update({k: v for k, v in fields.items() if v is not None})
+    current.update({k: v for k, v in fields.items() if v is not None or k not in current})
     write_json_atomic(target, current)
     return current
 

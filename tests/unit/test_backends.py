@@ -16,7 +16,7 @@ from pfedma_flwr.agents.backends.embedded import (
     _assemble,
     embedded_model_path,
 )
-from pfedma_flwr.agents.backends.openai_backend import OpenAIBackend, response_format
+from pfedma_flwr.agents.backends.openai_backend import OpenAIBackend, response_format, strip_think
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.prompting import RESPONSE_JSON_SCHEMA, build_agent_messages
 
@@ -106,7 +106,7 @@ def test_generation_result_tokens():
 
 
 class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
-    script: list = []  # (status, body) popped per request; empty -> echo success
+    script: list = []  # (status, body[, headers]) popped per request; empty -> echo success
     seen: list = []
     models: tuple = ()  # GET /models: (status, body); empty -> 404 (no listing)
 
@@ -126,8 +126,10 @@ class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).seen.append(body)
+        headers: dict = {}
         if type(self).script:
-            status, payload = type(self).script.pop(0)
+            status, payload, *more = type(self).script.pop(0)
+            headers = more[0] if more else {}
         else:
             text = "echo: " + body["messages"][-1]["content"]
             status, payload = (
@@ -151,8 +153,20 @@ class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
+
+
+def _completion(text):
+    return (200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "stop",
+                               "message": {"role": "assistant", "content": text}}]})
+
+
+# the client's own backoff is 0.5 s doubling; a server's Retry-After (here 1 ms) replaces it
+_SOON = {"retry-after-ms": "1"}
 
 
 @pytest.fixture()
@@ -174,7 +188,6 @@ def test_openai_batch_usage_and_schema_modes(fake_server, monkeypatch):
         api_key_env="FAKE_KEY",
         json_mode="json_object_schema",
         concurrency=4,
-        backoff=0.0,
     )
     res = be.generate(
         [user(f"q{k}") for k in range(5)], max_tokens=7, json_schema=RESPONSE_JSON_SCHEMA, seed=3
@@ -200,6 +213,7 @@ def test_openai_batch_usage_and_schema_modes(fake_server, monkeypatch):
             },
         ),
         ("json_object_schema", {"type": "json_object", "schema": {"a": 1}}),
+        ("json_object", {"type": "json_object"}),  # DeepSeek: the schema is in the prompt only
         ("none", None),
     ],
 )
@@ -209,10 +223,59 @@ def test_response_format_modes(mode, expected):
 
 
 def test_openai_retries_5xx_then_succeeds(fake_server):
-    _FakeOpenAI.script = [(500, {"error": {"message": "busy"}}), (503, {"error": {"message": "x"}})]
-    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=2, backoff=0.0, concurrency=1)
+    _FakeOpenAI.script = [(500, {"error": {"message": "busy"}}, _SOON),
+                          (503, {"error": {"message": "x"}}, _SOON)]
+    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=2, concurrency=1)
     r = be.generate([user("hi")], max_tokens=4)[0]
     assert r.ok and r.text == "echo: hi" and len(_FakeOpenAI.seen) == 3
+
+
+def test_openai_retry_after_is_honoured_and_attempts_are_counted(fake_server):
+    _FakeOpenAI.script = [(429, {"error": {"message": "slow down"}}, {"retry-after-ms": "400"})]
+    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=1, concurrency=1)
+    t0 = time.monotonic()
+    r = be.generate([user("hi")], max_tokens=4)[0]
+    assert r.ok and len(_FakeOpenAI.seen) == 2 and time.monotonic() - t0 >= 0.4
+    # retries exhausted: 1 + max_retries requests, each counted in the item's error
+    _FakeOpenAI.seen.clear()
+    _FakeOpenAI.script = [(503, {"error": {"message": "down"}}, _SOON)] * 3
+    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=2, concurrency=1)
+    r = be.generate([user("x")], max_tokens=4)[0]
+    assert r.code == "http_503" and "after 3 attempt(s)" in r.error and len(_FakeOpenAI.seen) == 3
+
+
+def test_openai_extra_body_and_plain_json_object_mode(fake_server):
+    from omegaconf import OmegaConf
+
+    # as the config hands it over (agent.backend.options.extra_body): an OmegaConf node
+    extra = OmegaConf.create({"chat_template_kwargs": {"enable_thinking": False}, "top_k": 20})
+    be = OpenAIBackend(base_url=fake_server, model="m", json_mode="json_object",
+                       extra_body=extra, concurrency=1)
+    assert be.generate([user("q")], max_tokens=4, json_schema={"type": "object"})[0].ok
+    [body] = _FakeOpenAI.seen
+    assert body["response_format"] == {"type": "json_object"}
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["top_k"] == 20
+    with pytest.raises(ValueError, match="extra_body must be a mapping"):
+        OpenAIBackend(base_url=fake_server, model="m", extra_body=["top_k"])
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('<think>a\nb</think>\n{"answer": "7"}', '{"answer": "7"}'),  # a whole block
+    ('<think>x</think>A<think>y</think>B', "AB"),  # several blocks
+    ('the template opened it\n</think>\n\nanswer 7', "answer 7"),  # Qwen3 / DeepSeek-R1
+    ("<think>cut off by max_tokens", ""),  # reasoning only: no answer
+    ("  plain reply, <b>no</b> tags  ", "  plain reply, <b>no</b> tags  "),  # unchanged
+])
+def test_strip_think(text, expected):
+    assert strip_think(text) == expected
+
+
+def test_openai_replies_lose_their_think_blocks(fake_server):
+    _FakeOpenAI.script = [_completion("<think>let me see</think>\nThe answer is 7.")] * 2
+    assert OpenAIBackend(base_url=fake_server, model="m", concurrency=1).generate(
+        [user("q")], max_tokens=4)[0].text == "The answer is 7."
+    kept = OpenAIBackend(base_url=fake_server, model="m", concurrency=1, strip_think=False)
+    assert kept.generate([user("q")], max_tokens=4)[0].text.startswith("<think>")
 
 
 def test_openai_item_failure_does_not_sink_batch(fake_server):
@@ -221,14 +284,13 @@ def test_openai_item_failure_does_not_sink_batch(fake_server):
     be = OpenAIBackend(base_url=fake_server, model="m", max_retries=3, backoff=0.0, concurrency=1)
     res = be.generate([user("a"), user("b")], max_tokens=4)
     assert res[0].finish_reason == "error" and "HTTP 400" in res[0].error
+    assert "after 1 attempt(s)" in res[0].error  # backoff= is still accepted (ignored)
     assert res[1].text == "echo: b"
     assert len(_FakeOpenAI.seen) == 2 and be.errors == 1
 
 
 def test_openai_unreachable_is_item_error():
-    be = OpenAIBackend(
-        base_url="http://127.0.0.1:9/v1", model="m", max_retries=1, backoff=0.0, timeout=2.0
-    )
+    be = OpenAIBackend(base_url="http://127.0.0.1:9/v1", model="m", max_retries=1, timeout=2.0)
     r = be.generate([user("a")], max_tokens=4)[0]
     assert not r.ok and "2 attempt(s)" in r.error
     # the code leads the text and is a field, so the client can report it upward
@@ -237,12 +299,11 @@ def test_openai_unreachable_is_item_error():
 
 
 def test_openai_item_error_codes(fake_server, caplog):
-    _FakeOpenAI.script = [(400, {"error": {"message": "bad"}}), (500, {"error": {}}),
-                          (503, {"error": {}}), (200, {"id": "x", "object": "chat.completion",
+    _FakeOpenAI.script = [(400, {"error": {"message": "bad"}}), (500, {"error": {}}, _SOON),
+                          (503, {"error": {}}, _SOON), (200, {"id": "x", "object": "chat.completion",
                                                        "created": 0, "model": "m",
                                                        "choices": []})]
-    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=1, backoff=0.0,
-                       concurrency=1)
+    be = OpenAIBackend(base_url=fake_server, model="m", max_retries=1, concurrency=1)
     res = be.generate([user("a"), user("b"), user("c")], max_tokens=4)
     # a: 400 is final; b: 500 then 503 (retry exhausted); c: 200 without choices, then echo
     assert [r.code for r in res] == ["http_400", "http_503", ""]
@@ -260,7 +321,7 @@ def test_openai_item_error_codes(fake_server, caplog):
 
 def test_credentials_in_the_url_never_reach_an_error_message():
     be = OpenAIBackend(base_url="http://user:s3cret@127.0.0.1:9/v1?key=s3cret", model="m",
-                       max_retries=0, backoff=0.0, timeout=2.0)
+                       max_retries=0, timeout=2.0)
     r = be.generate([user("a")], max_tokens=4)[0]
     assert "s3cret" not in r.error and "http://***@127.0.0.1:9/v1" in r.error
     with pytest.raises(BackendUnavailableError) as ei:

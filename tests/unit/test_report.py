@@ -73,6 +73,7 @@ def test_report_has_headline_numbers_failures_rules_routing_and_plots(tmp_path):
     assert "| 1 | 4 | 6 | 2 | 900 | 6 | 2 | 1 |" in text
     for png in (report.ACCURACY_PNG, report.ROUNDS_PNG):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / png).stat().st_mode & 0o777 == 0o600
         assert f"]({png})" in text
 
 
@@ -94,8 +95,11 @@ def test_report_of_a_missing_dir_is_a_clear_error(tmp_path):
 
 def test_run_info_merges_and_keeps_what_a_later_writer_does_not_know(tmp_path):
     report.update_run_info(tmp_path, {"command": ["pfedma", "run"], "started_at": "t0"})
-    info = report.update_run_info(tmp_path, {"flower_run_id": 7, "command": None})
-    assert info == {"command": ["pfedma", "run"], "started_at": "t0", "flower_run_id": 7}
+    info = report.update_run_info(tmp_path, {"flower_run_id": 7, "command": None,
+                                             "git_commit": None})
+    # None keeps what another writer knew, and marks as unknown what nobody did
+    assert info == {"command": ["pfedma", "run"], "started_at": "t0", "flower_run_id": 7,
+                    "git_commit": None}
     assert json.loads((tmp_path / report.RUN_INFO).read_text()) == info
 
 
@@ -147,6 +151,7 @@ def test_pfedma_run_resume_is_allowed_and_reports(tmp_path, monkeypatch):
     monkeypatch.setattr("pfedma_flwr.launch.main", lambda argv: 0)
     assert cli.main(["run", "--output-dir", str(out), "--resume"]) == 0
     assert "| accuracy | 75.0 % |" in (out / "report.md").read_text()
+    assert "| accuracy | 75.0 % |" in report.headline(out)
     assert (out / "summary.json").exists()
 
 

@@ -1,19 +1,23 @@
 """OpenAI-compatible chat-completions backend (vLLM, SGLang, llama.cpp server, hosted APIs).
 
 The deployment path of DESIGN §2. A batch fans out over a thread pool (servers like vLLM batch
-concurrent requests continuously); each request retries with exponential backoff, and a request
-that still fails becomes that item's error, not the batch's: ``"<code>: <what, where>"`` with
-the code (``connect``, ``timeout``, ``http_<status>``, ``empty``, ``api``) also in
-``GenerationResult.code``. :meth:`OpenAIBackend.health_check` lists the served models (or sends
-a one-token request) so a dead endpoint or a wrong model name fails the handshake, not every
-query.
+concurrent requests continuously); each request is retried by the ``openai`` client itself
+(connection errors, 408/409/429/5xx; exponential backoff with jitter; a server's ``Retry-After``
+honoured), and a request that still fails becomes that item's error, not the batch's:
+``"<code>: <what, where>"`` with the code (``connect``, ``timeout``, ``http_<status>``,
+``empty``, ``api``) also in ``GenerationResult.code``. ``<think>...</think>`` blocks of
+reasoning models are cut from replies before they are parsed.
+:meth:`OpenAIBackend.health_check` lists the served models (or sends a one-token request) so a
+dead endpoint or a wrong model name fails the handshake, not every query.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
+import re
+import threading
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -27,14 +31,32 @@ from pfedma_flwr.agents.backends.base import (
 
 logger = logging.getLogger(__name__)
 
-JSON_MODES: tuple[str, ...] = ("json_schema", "json_object_schema", "none")
+JSON_MODES: tuple[str, ...] = ("json_schema", "json_object_schema", "json_object", "none")
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def strip_think(text: str) -> str:
+    """``text`` without the reasoning blocks of a reasoning model.
+
+    Cut: each ``<think>...</think>``; then anything up to a last ``</think>`` whose
+    ``<think>`` the chat template itself sent (Qwen3, DeepSeek-R1); then an unclosed leading
+    ``<think>`` (reasoning cut off by ``max_tokens``: no answer in the reply at all). A reply
+    without the tags is returned unchanged.
+    """
+    if "<think>" not in text and "</think>" not in text:
+        return text
+    out = _THINK.sub("", text)
+    if "</think>" in out:
+        out = out.rsplit("</think>", 1)[1]
+    return "" if out.lstrip().startswith("<think>") else out.strip()
 
 
 def response_format(mode: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ``response_format`` request field for a JSON mode, or ``None``.
 
     ``json_schema``: OpenAI/vLLM/SGLang style. ``json_object_schema``: llama.cpp server style
-    (it rejects ``json_schema`` with HTTP 500; ``docs/models.md`` §4a).
+    (it rejects ``json_schema`` with HTTP 500; ``docs/models.md`` §4a). ``json_object``: plain
+    JSON mode, the schema only in the prompt (DeepSeek's API documents only this one).
     """
     if schema is None or mode == "none":
         return None
@@ -45,6 +67,8 @@ def response_format(mode: str, schema: dict[str, Any] | None) -> dict[str, Any] 
         }
     if mode == "json_object_schema":
         return {"type": "json_object", "schema": schema}
+    if mode == "json_object":
+        return {"type": "json_object"}
     raise ValueError(f"json_mode must be one of {list(JSON_MODES)}, got {mode!r}")
 
 
@@ -62,13 +86,19 @@ class OpenAIBackend(Backend):
     timeout : float
         Seconds per request.
     max_retries : int
-        Retries per request after the first attempt (exponential backoff from ``backoff``).
+        Retries per request after the first attempt, by the ``openai`` client (backoff from
+        0.5 s doubling to 8 s with jitter, or the server's ``Retry-After`` up to 2 min).
     concurrency : int
         Parallel requests per batch.
-    json_mode : {"json_schema", "json_object_schema", "none", "auto"}
-        How a JSON schema is requested; ``auto`` = ``json_schema``.
-    backoff : float
-        First retry delay in seconds (doubles each retry).
+    json_mode : {"json_schema", "json_object_schema", "json_object", "none", "auto"}
+        How a JSON schema is requested (:func:`response_format`); ``auto`` = ``json_schema``.
+    extra_body : dict or None
+        Extra JSON fields of every chat request, passed through as they are (e.g.
+        ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM/SGLang, ``top_k``).
+    strip_think : bool
+        Cut ``<think>...</think>`` reasoning from replies (:func:`strip_think`).
+    backoff : float or None
+        Ignored (kept so existing callers keep working): the client's own backoff applies.
     """
 
     name = "openai"
@@ -83,7 +113,9 @@ class OpenAIBackend(Backend):
         max_retries: int = 3,
         concurrency: int = 8,
         json_mode: str = "auto",
-        backoff: float = 0.5,
+        extra_body: Mapping[str, Any] | None = None,
+        strip_think: bool = True,
+        backoff: float | None = None,
     ) -> None:
         super().__init__()
         if not base_url:
@@ -92,11 +124,14 @@ class OpenAIBackend(Backend):
             )
         if not model:
             raise ValueError("model must be set for the openai backend")
-        if timeout <= 0 or max_retries < 0 or concurrency < 1 or backoff < 0:
+        if timeout <= 0 or max_retries < 0 or concurrency < 1:
             raise ValueError(
-                "need timeout > 0, max_retries >= 0, concurrency >= 1, backoff >= 0; got "
-                f"{timeout}, {max_retries}, {concurrency}, {backoff}"
+                "need timeout > 0, max_retries >= 0, concurrency >= 1; got "
+                f"{timeout}, {max_retries}, {concurrency}"
             )
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise ValueError(f"extra_body must be a mapping of JSON fields, got "
+                             f"{type(extra_body).__name__}")
         mode = "json_schema" if json_mode == "auto" else json_mode
         if mode not in JSON_MODES:
             raise ValueError(
@@ -111,14 +146,21 @@ class OpenAIBackend(Backend):
         self.json_mode = mode
         self.max_retries = max_retries
         self.concurrency = concurrency
-        self.backoff = backoff
-        # retries are ours (with per-item error reporting), so the client's own are off
+        self.extra_body = _plain(extra_body or {})
+        self.strip_think = strip_think
+        # Requests sent per item: the client retries inside one call, and the count is what
+        # an item's error reports ("after 3 attempt(s)"). One item per thread at a time.
+        self._sent = threading.local()
         self._client = openai.OpenAI(
             base_url=base_url,
             api_key=os.environ.get(api_key_env) or "EMPTY",
             timeout=timeout,
-            max_retries=0,
+            max_retries=max_retries,
+            http_client=openai.DefaultHttpxClient(event_hooks={"request": [self._count]}),
         )
+
+    def _count(self, request: Any) -> None:
+        self._sent.n = getattr(self._sent, "n", 0) + 1
 
     def _one(
         self,
@@ -134,10 +176,12 @@ class OpenAIBackend(Backend):
             kwargs["response_format"] = fmt
         if seed is not None:
             kwargs["seed"] = seed
-        last, code = "", "api"
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        last, code, sent = "", "api", 0
+        # An answer without choices is not an HTTP error, so the client does not retry it.
+        for _ in range(self.max_retries + 1):
+            self._sent.n = 0
             try:
                 r = self._client.chat.completions.create(
                     model=self.model,
@@ -146,27 +190,29 @@ class OpenAIBackend(Backend):
                     temperature=temperature,
                     **kwargs,
                 )
-            except self._openai.APIStatusError as e:
+            except self._openai.APIStatusError as e:  # retried by the client where it heals
                 last, code = f"HTTP {e.status_code}: {str(e)[:200]}", f"http_{e.status_code}"
-                if e.status_code < 500 and e.status_code != 429:
-                    break  # a client error does not heal by retrying
-                continue
-            except self._openai.APIError as e:  # connection errors, timeouts
+                sent += self._sent.n
+                break
+            except self._openai.APIError as e:  # connection errors, timeouts (retried too)
                 last, code = f"{type(e).__name__}: {str(e)[:200]}", _error_code(self._openai, e)
-                continue
+                sent += self._sent.n
+                break
+            sent += self._sent.n
             if not r.choices:
                 last, code = "response has no choices", "empty"
                 continue
             choice = r.choices[0]
             usage = r.usage
+            text = choice.message.content or ""
             return GenerationResult(
-                text=choice.message.content or "",
+                text=strip_think(text) if self.strip_think else text,
                 prompt_tokens=usage.prompt_tokens if usage else 0,
                 completion_tokens=usage.completion_tokens if usage else 0,
                 finish_reason="length" if choice.finish_reason == "length" else "stop",
             )
         return GenerationResult.failure(
-            f"{code}: {self.endpoint()} after {attempt + 1} attempt(s): {last}", code=code)
+            f"{code}: {self.endpoint()} after {sent} attempt(s): {last}", code=code)
 
     def endpoint(self) -> str:
         """The endpoint and model, for messages (credentials in the URL are masked)."""
@@ -250,6 +296,15 @@ class OpenAIBackend(Backend):
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._client.close()
+
+
+def _plain(v: Any) -> Any:
+    """``v`` as plain JSON containers (OmegaConf hands over its own; the client wants dicts)."""
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, Sequence) and not isinstance(v, str | bytes):
+        return [_plain(x) for x in v]
+    return v
 
 
 def _error_code(openai: Any, e: Exception) -> str:
