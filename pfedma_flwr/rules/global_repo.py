@@ -31,6 +31,7 @@ from pfedma_flwr.rules.promotion import (
     support_proportions,
     update_h_score,
 )
+from pfedma_flwr.rules.policy import query_twins
 from pfedma_flwr.rules.resolve import ResolveResult, resolve
 from pfedma_flwr.schema import GlobalRule, RuleFeedback
 
@@ -117,12 +118,15 @@ class GlobalRuleRepository:
         DESIGN §3.5).
     snapshot_size : int
         Rules redistributed per message (:meth:`snapshot`: highest H first, then oldest).
+    twins : bool
+        Whether a promoted response rule also adds its ``P_in`` twin
+        (:func:`~pfedma_flwr.rules.policy.query_twins`).
     """
 
     def __init__(
         self, *, embedder: Embedder, sim_threshold: float = 0.9, id_prefix: str = "g",
         max_promotions_per_round: int = 4, max_promotions_per_client: int = 1,
-        max_rules: int = 1024, snapshot_size: int = 64,
+        max_rules: int = 1024, snapshot_size: int = 64, twins: bool = False,
     ) -> None:
         if not -1.0 <= sim_threshold <= 1.0:
             raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
@@ -140,6 +144,7 @@ class GlobalRuleRepository:
         self.max_promotions_per_round = max_promotions_per_round
         self.max_promotions_per_client = max_promotions_per_client
         self.max_rules, self.snapshot_size = max_rules, snapshot_size
+        self.twins = bool(twins)
         self._rules: list[GlobalRule] = []  # age order
         self._emb = np.zeros((0, embedder.dim), dtype=np.float32)
         self._aliases: dict[str, str] = {}  # merged-away id -> surviving id
@@ -285,14 +290,19 @@ class GlobalRuleRepository:
             )
             for c in (pool.candidates[i] for i in chosen)
         ]
-        rows = self._rules + new_rules
+        twins = query_twins(new_rules) if self.twins else []
+        rows = self._rules + new_rules + twins
         emb = np.vstack([self._emb, pool_emb[chosen]]) if chosen else self._emb
+        if twins:
+            emb = np.vstack([emb, np.asarray(self.embedder.encode([t.text for t in twins]),
+                                             dtype=np.float32)])
         res = resolve(
             emb,
             [_spec_key(r) for r in rows],
             [r.h_score for r in rows],
             [r.n_evals for r in rows],
             threshold=self.sim_threshold,
+            groups=[r.scope for r in rows],
         )
 
         was_active = {r.rule_id for r in self._rules if r.active}
@@ -374,6 +384,7 @@ class GlobalRuleRepository:
                      "max_promotions_per_client": self.max_promotions_per_client,
                      "max_rules": self.max_rules, "snapshot_size": self.snapshot_size},
             "quarantined": dict(self._quarantined),
+            "twins": self.twins,
             "rules": [r.to_dict() for r in self._rules],
         }
 
@@ -393,7 +404,7 @@ class GlobalRuleRepository:
         try:
             caps = {str(k): int(v) for k, v in dict(d.get("caps", {})).items()}
             repo = cls(embedder=embedder, sim_threshold=float(d["sim_threshold"]),
-                       id_prefix=d["id_prefix"], **caps)
+                       id_prefix=d["id_prefix"], twins=bool(d.get("twins", False)), **caps)
             repo._next_id = int(d["next_id"])
             repo._aliases = {str(a): str(b) for a, b in dict(d["aliases"]).items()}
             repo._quarantined = {str(a): str(b)[:40]

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from pfedma_flwr.rules.generalize import canonical_text, category_for
 from pfedma_flwr.rules.model import DEFAULT_CATEGORY, PrivacyRule
+from pfedma_flwr.rules.query_rules import QUERY_ENTITIES
 from pfedma_flwr.schema import GlobalRule
 
 #: Entity types a client of each knowledge domain protects in its responses from the start.
@@ -38,8 +39,12 @@ GLOBAL_POLICIES: dict[str, tuple[str, tuple[str, ...]]] = {
     # redistributed, adopted where a client's experience holds such data
     "contact_response": ("response", ("EMAIL_ADDRESS", "PHONE_NUMBER")),
     "names_response": ("response", ("PERSON",)),
+    # what uncovered-item detection never creates rules for (task text is full of them), so
+    # only adoption brings it: a client adopts it where its own data holds dates and places
+    "dates_places_response": ("response", ("DATE_TIME", "LOCATION")),
 }
-DEFAULT_GLOBAL_POLICY: tuple[str, ...] = tuple(GLOBAL_POLICIES)
+DEFAULT_GLOBAL_POLICY: tuple[str, ...] = (
+    "contact_query", "identifiers_query", "contact_response", "names_response")
 
 
 def profile_entities(domains: Iterable[str]) -> tuple[str, ...]:
@@ -88,6 +93,28 @@ def initial_global_rules(names: Sequence[str], *, id_prefix: str = "g") -> list[
     return out
 
 
+def query_twins(promoted: Sequence[GlobalRule]) -> list[GlobalRule]:
+    """The ``P_in`` twin of each promoted response rule: its query-safe entity types, query scope.
+
+    Honest clients only upload response-scope candidates (they see responses, not queries), so
+    without twins promotion never reached ``P_in`` (issue 12). A twin keeps only the entity
+    types of :data:`~pfedma_flwr.rules.query_rules.QUERY_ENTITIES` (patterns and other types
+    are task content in queries) and gets no id here: it enters ``Resolve`` like a promoted
+    rule, merging into an equivalent query rule if one exists.
+    """
+    out = []
+    for r in promoted:
+        types = tuple(sorted(set(r.entity_types) & set(QUERY_ENTITIES)))
+        if r.scope != "response" or not types:
+            continue
+        cat = category_for(types)
+        out.append(GlobalRule(rule_id="", category=cat, scope="query", action=r.action,
+                              text=canonical_text(entity_types=types, category=cat,
+                                                  scope="query"),
+                              entity_types=types, created_round=r.created_round))
+    return out
+
+
 def new_id_prefix() -> str:
     """A global-id prefix unique to one repository (``g<6 hex>-``).
 
@@ -105,4 +132,5 @@ __all__ = [
     "initial_local_rules",
     "new_id_prefix",
     "profile_entities",
+    "query_twins",
 ]

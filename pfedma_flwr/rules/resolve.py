@@ -42,6 +42,7 @@ def resolve(
     n: Sequence[int],
     *,
     threshold: float = 0.9,
+    groups: Sequence[Hashable] | None = None,
 ) -> ResolveResult:
     """``Resolve`` (DESIGN §3.5): cluster, merge equivalents, pick one active rule per cluster.
 
@@ -50,7 +51,9 @@ def resolve(
     cos ≥ ``threshold``. Within a cluster, rows with the same ``spec_keys`` (action + detector
     spec) merge into the oldest: ``N`` summed, ``H`` the ``N``-weighted mean (the
     representative's ``H`` when all ``N`` are 0). The active representative is ``argmax H``,
-    ties going to the older rule; the others stay, inactive.
+    ties going to the older rule; the others stay, inactive. With ``groups`` (e.g. the rule
+    scopes), rows of different groups never share a cluster: a query rule and a response rule
+    of one constraint act in different places and must not switch each other off.
     """
     e = np.asarray(embeddings, dtype=np.float32)
     m = e.shape[0] if e.ndim == 2 else -1
@@ -62,6 +65,11 @@ def resolve(
         empty = np.zeros(0, dtype=np.int64)
         return ResolveResult(empty, hh, nn, np.zeros(0, dtype=bool), empty)
     similar = (e @ e.T) >= threshold - SIM_EPS
+    if groups is not None:
+        if len(groups) != m:
+            raise ValueError("resolve: groups must have one entry per row")
+        g = np.array([hash(x) for x in groups])
+        similar &= g[:, None] == g[None, :]
     cluster = np.full(m, -1, dtype=np.int64)
     for i in range(m):
         if cluster[i] < 0:

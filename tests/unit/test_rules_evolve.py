@@ -227,3 +227,26 @@ def test_seeded_global_ids_unique_per_repository_and_resume_adds_nothing():
     assert all(r.active and r.h_score == 0 and r.n_evals == 0 for r in a.rules())
     again = GlobalRuleRepository.from_dict(a.to_dict(), embedder=emb)
     assert again.seed(pol) == [] and [r.rule_id for r in again.rules()] == ids_a
+
+
+def test_promoted_response_rule_gets_an_active_query_twin():
+    from pfedma_flwr.rules.promotion import build_candidate_pool
+
+    emb = HashingEmbedder()
+    cand = RuleCandidate(text="do not reveal location, person in responses",
+                         category="personal name", entity_types=("LOCATION", "PERSON"))
+    pool = build_candidate_pool({"a": [cand], "b": [cand]}, {"a", "b"}, emb,
+                                rng=np.random.default_rng(0))
+    repo = GlobalRuleRepository(embedder=emb, id_prefix="t", twins=True)
+    up = repo.update(1, pool)
+    got = sorted((r.scope, r.entity_types, r.active) for r in repo.rules())
+    # LOCATION is task content in queries: the twin keeps PERSON only; both stay active
+    assert got == [("query", ("PERSON",), True), ("response", ("LOCATION", "PERSON"), True)]
+    # both pool copies pass ζ = 1 and merge into one rule (+ its one twin)
+    assert up.promoted == 2 and len(up.added) == 2
+    # a second promotion of the same constraint merges into both, adds nothing
+    assert repo.update(2, pool).added == ()
+    # without twins (the default), only the promoted rule
+    plain = GlobalRuleRepository(embedder=emb, id_prefix="t")
+    plain.update(1, pool)
+    assert [r.scope for r in plain.rules()] == ["response"]
