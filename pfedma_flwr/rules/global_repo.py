@@ -20,6 +20,7 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.rules.model import check_detectors
+from pfedma_flwr.rules.policy import query_twins
 from pfedma_flwr.rules.promotion import (
     CandidatePool,
     SimilarityStats,
@@ -31,7 +32,6 @@ from pfedma_flwr.rules.promotion import (
     support_proportions,
     update_h_score,
 )
-from pfedma_flwr.rules.policy import query_twins
 from pfedma_flwr.rules.resolve import ResolveResult, resolve
 from pfedma_flwr.schema import GlobalRule, RuleFeedback
 
