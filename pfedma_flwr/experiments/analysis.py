@@ -138,6 +138,76 @@ def guard(run: RunData) -> dict[str, float]:
     return guard_metrics(b_true, b_pred, v_true, v_pred, correct).as_dict()
 
 
+def _z_by_round(run: RunData, benchmark_prefix: str) -> dict[int, dict[str, dict[str, Any]]]:
+    """Collaboration round t -> query id -> ``z`` after t, carried forward once finished."""
+    per_q: dict[str, dict[int, dict[str, Any]]] = {}
+    for rnd in run.rounds:
+        for q in rnd.get("queries", []):
+            if str(q.get("query_id", "")).startswith(benchmark_prefix):
+                per_q.setdefault(str(q["query_id"]), {})[int(q.get("t", 0))] = q.get("z", {})
+    t_max = max((t for zs in per_q.values() for t in zs), default=0)
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for t in range(1, t_max + 1):
+        for qid, zs in per_q.items():
+            done = [k for k in zs if k <= t]
+            if done:
+                z = zs[max(done)]
+                out.setdefault(t, {})[qid] = {"answer": z.get("answer", ""),
+                                              "z_claims": z.get("claims", [])}
+    return out
+
+
+def privacy_by_round(run: RunData) -> dict[str, float]:
+    """``LR@t`` and the guard metrics ``<M>@t`` of ``z`` after collaboration round ``t``.
+
+    The paper's per-round privacy view: a query that finished earlier keeps its final ``z``.
+    """
+    out: dict[str, float] = {}
+    by_t = _z_by_round(run, "privacylens")
+    for t, recs in by_t.items():
+        tasks = _tasks(run, "privacylens")
+        pairs = [(tasks[qid].sensitive_items, _output(z)) for qid, z in recs.items()
+                 if qid in tasks and tasks[qid].sensitive_items]
+        if pairs:
+            out[f"LR@{t}"] = leakage_rate([p[0] for p in pairs], [p[1] for p in pairs])
+    for t, recs in _z_by_round(run, "mind2web_sc").items():
+        fake = [{"query_id": qid, "benchmark": "mind2web_sc", "answer": z["answer"],
+                 "z_claims": z["z_claims"],
+                 "correct": str(z["answer"]).strip().casefold()
+                 == str(_tasks(run, "mind2web_sc")[qid].gold).casefold()}
+                for qid, z in recs.items()]
+        sub = RunData(out_dir=run.out_dir, cfg=run.cfg, summary={}, queries=fake)
+        out.update({f"{k}@{t}": v for k, v in guard(sub).items()})
+    return out
+
+
+def rule_dynamics(run: RunData) -> dict[str, float]:
+    """The co-evolution loop at work (issue 12): feedback rows, H moves, promotions, coverage.
+
+    ``feedback_rows``: Δ-count rows the server scored; ``h_moved``: global rules whose ``(H, N)``
+    changed during the run; ``promoted``: rules promoted; ``active@t``: active global rules
+    after Flower round ``t`` (rule coverage vs round).
+    """
+    rows = promoted = 0
+    first: dict[str, list[float]] = {}
+    last: dict[str, list[float]] = {}
+    out: dict[str, float] = {}
+    for rnd in run.rounds:
+        ru = rnd.get("rules", {}) or {}
+        rows += int((ru.get("feedback") or {}).get("n_rows", 0))
+        promoted += int(ru.get("promoted", 0) or 0)
+        h = ru.get("h_scores") or {}
+        for rid, v in h.items():
+            first.setdefault(rid, [0.0, 0])
+            last[rid] = v
+        if h:
+            out[f"active@{rnd.get('round')}"] = float(sum(bool(v[2]) for v in h.values()))
+    moved = sum(1 for rid, v in last.items() if list(v[:2]) != list(first[rid][:2]))
+    out.update({"feedback_rows": float(rows), "h_moved": float(moved),
+                "promoted": float(promoted)})
+    return out
+
+
 def _malicious_keys(run: RunData, query_id: str) -> set[str]:
     a = run.cfg.adversary
     ids = adv.malicious_clients(query_id, run.num_clients, a.ratio, a.seed)
@@ -200,6 +270,8 @@ def run_metrics(run: RunData) -> dict[str, float]:
     m["tokens_per_solved"] = spent / solved if solved else math.nan
     m["LR"] = leakage(run)
     m.update(guard(run))
+    m.update(privacy_by_round(run))
+    m.update(rule_dynamics(run))
     m.update(robustness(run))
     return m
 
