@@ -583,3 +583,72 @@ def test_transformers_gguf_without_accelerate_says_what_to_install(tmp_path, mon
     gguf.write_bytes(b"GGUF")
     with pytest.raises(ImportError, match=r"m\.gguf.*accelerate.*pfedma-flwr\[transformers\]"):
         tb.convert_gguf(gguf)
+
+
+# ----------------------------------------------------------------------------- transformers: model ids
+
+
+def _fake_hf_cache(root, repo_id, commit="0123456789abcdef0123456789abcdef01234567"):
+    """The layout huggingface_hub leaves after a download: refs/main -> snapshots/<commit>."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return snap
+
+
+def test_transformers_resolves_a_cached_model_id_and_local_paths(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from pfedma_flwr.agents.backends.transformers_backend import resolve_model_dir
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # unset counts as offline
+    snap = _fake_hf_cache(tmp_path / "hub", "Org/Tiny-LM")
+    assert resolve_model_dir("Org/Tiny-LM") == snap
+    local = tmp_path / "my-model"
+    local.mkdir()
+    assert resolve_model_dir(str(local)) == local
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert resolve_model_dir(str(gguf)) == gguf
+
+
+@pytest.mark.parametrize("offline", ["1", None])
+def test_transformers_uncached_model_id_names_cache_and_fix(tmp_path, monkeypatch, offline):
+    from huggingface_hub import constants
+
+    from pfedma_flwr.agents.backends.transformers_backend import resolve_model_dir
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    if offline is None:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    with pytest.raises(ValueError) as ei:
+        resolve_model_dir("Org/Not-Here")
+    msg = str(ei.value)
+    assert "'Org/Not-Here'" in msg and str(tmp_path / "hub") in msg
+    assert "hf download Org/Not-Here" in msg and "HF_HUB_OFFLINE=0" in msg
+    with pytest.raises(ValueError, match="not a Hugging Face model id"):
+        resolve_model_dir("no such dir//x")
+
+
+@pytest.mark.parametrize("given,after", [("0", "0"), (None, "1")])
+def test_transformers_backend_keeps_the_users_hf_hub_offline(tmp_path, monkeypatch, given, after):
+    import os
+
+    from pfedma_flwr.agents.backends import transformers_backend as tb
+
+    if given is None:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", given)
+    assert tb.hub_downloads_allowed() is (given == "0")
+    empty = tmp_path / "empty-model-dir"
+    empty.mkdir()
+    with pytest.raises((OSError, ValueError)):  # no tokenizer files: fails after the env step
+        tb.TransformersBackend(model=str(empty), device="cpu")
+    assert os.environ["HF_HUB_OFFLINE"] == after  # the user's 0 stays; unset becomes offline

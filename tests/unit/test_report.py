@@ -167,3 +167,16 @@ def test_load_frames_gives_pandas_tables(tmp_path):
     assert frames["queries"].groupby("benchmark")["correct"].mean().to_dict() == {
         "gsm8k": 0.5, "medqa": 1.0}
     assert frames["rounds"]["tokens"].sum() == 1300
+
+
+@pytest.mark.parametrize("given,expected", [(None, "1"), ("0", "0"), ("1", "1")])
+def test_launcher_keeps_the_users_hf_hub_offline(monkeypatch, tmp_path, given, expected):
+    from pfedma_flwr.launch import _env
+
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    if given is None:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", given)
+    env = _env(tmp_path, 39999)
+    assert env["HF_HUB_OFFLINE"] == expected and env["TRANSFORMERS_OFFLINE"] == expected

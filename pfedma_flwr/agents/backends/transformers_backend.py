@@ -1,9 +1,10 @@
 """Local Hugging Face transformers backend: left-padded batched ``generate`` (GPU-box path).
 
-Loads any local HF model directory, or a ``.gguf`` file. A GGUF is dequantised by transformers
-(slow: 15-45 s), so it is converted once into a safetensors cache dir and reloaded from there
-(0.3-0.9 s) using the ``hf_quantizer = None`` workaround measured in
-``docs/models.md`` §3. Never touches the hub (``HF_HUB_OFFLINE=1``).
+Loads any local HF model directory, a ``.gguf`` file, or a Hugging Face model id already in the
+local Hugging Face cache. A GGUF is dequantised by transformers (slow: 15-45 s), so it is
+converted once into a safetensors cache dir and reloaded from there (0.3-0.9 s) using the
+``hf_quantizer = None`` workaround measured in ``docs/models.md`` §3. Nothing is downloaded
+unless the user's own environment says ``HF_HUB_OFFLINE=0`` (the default here is offline).
 """
 
 from __future__ import annotations
@@ -21,6 +22,50 @@ from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
 from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, cache_dir, embedded_model_path
 
 logger = logging.getLogger(__name__)
+
+
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def hub_downloads_allowed() -> bool:
+    """Whether the user explicitly allowed hub downloads (``HF_HUB_OFFLINE=0``); unset = no."""
+    return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() in _FALSE
+
+
+def resolve_model_dir(model: str) -> Path:
+    """The local directory (or ``.gguf`` file) of ``model``.
+
+    ``model`` is an embedded model name, a local HF directory or ``.gguf`` file, or a Hugging
+    Face model id (``org/name``) found in the local HF cache (``$HF_HUB_CACHE``). An id that
+    is not cached is downloaded only when the user set ``HF_HUB_OFFLINE=0``.
+
+    Raises
+    ------
+    ValueError
+        Naming the model, where it was looked for, and how to make it available.
+    """
+    if model in EMBEDDED_MODELS:
+        return embedded_model_path(model)
+    path = Path(model).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix == ".gguf"):
+        return path
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    online = hub_downloads_allowed()
+    try:
+        return Path(snapshot_download(model, local_files_only=not online))
+    except HFValidationError:  # not of the form org/name either
+        why = "no such local directory or .gguf file, and not a Hugging Face model id"
+    except LocalEntryNotFoundError:
+        why = (f"not a local path, and not in the Hugging Face cache {constants.HF_HUB_CACHE} "
+               f"(download it once: `hf download {model}`, or allow downloads with "
+               "HF_HUB_OFFLINE=0)")
+    except OSError as e:  # an allowed download that failed (network, gated repo, no repo)
+        why = f"not a local path, and the download failed: {type(e).__name__}: {str(e)[:160]}"
+    raise ValueError(f"model {model!r}: {why}; the transformers backend takes a local HF "
+                     f"directory, a .gguf file, an embedded name {sorted(EMBEDDED_MODELS)} or "
+                     "a cached Hugging Face model id")
 
 
 def _converted_dir(gguf: Path) -> Path:
@@ -70,7 +115,8 @@ class TransformersBackend(Backend):
     Parameters
     ----------
     model : str
-        HF model directory, a ``.gguf`` file, or an embedded model name.
+        HF model directory, a ``.gguf`` file, an embedded model name, or a Hugging Face model
+        id in the local HF cache (:func:`resolve_model_dir`).
     device : str
         ``auto`` (cuda if available), ``cpu`` or ``cuda[:k]``.
     dtype : str
@@ -94,13 +140,9 @@ class TransformersBackend(Backend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self._torch = torch
-        path = embedded_model_path(model) if model in EMBEDDED_MODELS else Path(model).expanduser()
+        path = resolve_model_dir(model)
         if path.is_file() and path.suffix == ".gguf":
             path = convert_gguf(path)
-        if not path.is_dir():
-            raise ValueError(
-                f"model {model!r} is not a local HF directory, .gguf file or embedded name"
-            )
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = device
