@@ -92,7 +92,7 @@ def convert_gguf(gguf: Path) -> Path:
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # transformers refuses to save GGUF-loaded models although the weights are dense.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # typed as a module
     if hasattr(model.config, "quantization_config"):
         delattr(model.config, "quantization_config")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ class TransformersBackend(Backend):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(
             str(path), local_files_only=True, dtype=getattr(torch, dtype)
-        ).to(device)
+        ).to(device)  # type: ignore[arg-type]  # stubs: .to on the class
         self.model.eval()
         logger.info("transformers backend: %s on %s (%s)", path, device, dtype)
 
@@ -207,7 +207,7 @@ class TransformersBackend(Backend):
             n = next((i for i, t in enumerate(ids) if t in eos), len(ids))
             results.append(
                 GenerationResult(
-                    text=self.tokenizer.decode(ids[:n], skip_special_tokens=True),
+                    text=str(self.tokenizer.decode(ids[:n], skip_special_tokens=True)),
                     prompt_tokens=int(enc["attention_mask"][k].sum()),
                     completion_tokens=n,
                     finish_reason="stop" if n < len(ids) or n < max_tokens else "length",
