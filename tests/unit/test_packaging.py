@@ -151,3 +151,17 @@ def test_plain_install_finds_conf_data_and_app_dir(wheel, tmp_path):
     res = subprocess.run([str(script), "--version"], cwd=elsewhere, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == f"pfedma-flwr {pfedma_flwr.__version__}"
+
+
+def test_cli_dispatches_experiment_and_names_unknown_commands(monkeypatch, capsys):
+    from pfedma_flwr import cli
+
+    seen = []
+    monkeypatch.setattr("pfedma_flwr.experiments.__main__.main",
+                        lambda argv: seen.append(argv) or 0)
+    assert cli.main(["experiment", "robustness", "--size", "tiny"]) == 0
+    assert seen == [["robustness", "--size", "tiny"]]
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+    assert cli.main([]) == 2 and cli.main(["--help"]) == 0
+    assert "report" in capsys.readouterr().out
