@@ -234,7 +234,8 @@ def write_plots(run: RunDir, out: Path) -> list[str]:
     if acc:
         fig, ax = plt.subplots(figsize=(max(3.0, 1.2 * len(acc) + 1.5), 3.2))
         names = sorted(acc)
-        ax.bar(names, [100 * acc[n] for n in names], color="#4c72b0")
+        bars = ax.bar(names, [100 * acc[n] for n in names], color="#4c72b0")
+        ax.bar_label(bars, fmt="%.1f")  # a 0 % bar is otherwise invisible
         ax.set_ylim(0, 100)
         ax.set_ylabel("accuracy (%)")
         ax.set_title("accuracy per benchmark")
