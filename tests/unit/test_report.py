@@ -180,3 +180,22 @@ def test_launcher_keeps_the_users_hf_hub_offline(monkeypatch, tmp_path, given, e
         monkeypatch.setenv("HF_HUB_OFFLINE", given)
     env = _env(tmp_path, 39999)
     assert env["HF_HUB_OFFLINE"] == expected and env["TRANSFORMERS_OFFLINE"] == expected
+
+
+def test_server_hook_records_the_flower_run_and_never_raises(tmp_path, monkeypatch, caplog):
+    from pfedma_flwr.config import load_config
+
+    cfg = load_config({"config-name": "tiny"})
+    out = _run_dir(tmp_path)
+    report.update_run_info(out, {"command": ["pfedma", "run"], "git_commit": "abc"})
+    report.finish_server_run(out, cfg, flower_run_id=42, started_at="2026-12-01T00:00:00Z")
+    info = json.loads((out / report.RUN_INFO).read_text())
+    assert info["flower_run_id"] == 42 and info["seed"] == cfg.seed
+    assert info["command"] == ["pfedma", "run"]  # the launcher's fields survive
+    if info["git_commit"] != "abc":  # a clone's ServerApp knows the commit itself
+        assert len(info["git_commit"].split("+")[0]) == 40
+    assert (out / report.REPORT).is_file()
+    # a report that cannot be written is a warning, not a failed run
+    monkeypatch.setattr(report, "write_report", lambda p: (_ for _ in ()).throw(OSError("full")))
+    report.finish_server_run(out, cfg, flower_run_id=42, started_at="t")
+    assert "report for" in caplog.text and "OSError: full" in caplog.text
