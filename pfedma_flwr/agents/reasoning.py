@@ -59,10 +59,10 @@ _INSTRUCTIONS = {
         "'The answer is N.' where N is only the final number (no units, no commas)."
     ),
     "option": (
-        "Reason through the question step by step: first the key findings or facts in it, "
-        "then what they point to, then why the best option fits better than the others. "
-        "Finish with a last line of the form 'The answer is X.' where X is only the letter "
-        "of the single best option."
+        "Reason briefly, in at most six short lines: the key findings or facts of the "
+        "question, what they point to, and why the best option fits better than the closest "
+        "other one. Finish with a last line of the form 'The answer is X.' where X is only "
+        "the letter of the single best option."
     ),
     "math": (
         "Solve the problem step by step, one step per line. Finish with a last line of the "
