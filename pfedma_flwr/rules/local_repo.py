@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,14 @@ from pfedma_flwr.rules.enforcement import (
     find_uncovered,
 )
 from pfedma_flwr.rules.generalize import generalize, is_shareable, rule_from_uncovered
-from pfedma_flwr.rules.model import PrivacyRule, from_global, literal_regex, load_rule_lenient
+from pfedma_flwr.rules.local_entries import (
+    Entry,
+    covering_inactive,
+    entry_from_dict,
+    entry_to_dict,
+    eviction_victim,
+)
+from pfedma_flwr.rules.model import PrivacyRule, from_global
 from pfedma_flwr.rules.modes import (
     AdaptDecision,
     AdaptReport,
@@ -62,20 +68,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class _Entry:
-    rule: PrivacyRule
-    active: bool = True
-    n_trigger: int = 0
-    n_valid: int = 0
-    n_conflict: int = 0
-    # counts at the last round_feedback() call; Δ = current − reported (global-origin rules)
-    reported: tuple[int, int, int] = (0, 0, 0)
-    # local id -> the global copy ("g:<id>") that won against it in adapt(); only that copy
-    # may hand the flag back, so a rule displaced by one copy is not revived by another
-    displaced_by: str | None = None
-
-
 class LocalRuleRepository:
     """``Ω_i,local`` with per-rule counters and active flags (DESIGN §3.6, seed App. F).
 
@@ -93,7 +85,7 @@ class LocalRuleRepository:
         if not isinstance(mode, RuleMode):
             raise ValueError(f"mode must be a RuleMode, got {mode!r}")
         self.mode = mode
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
         self._quarantined: dict[str, str] = {}  # rule id -> reason code
         self._budget: MatchBudget | None = None
         self._next_id = 0
@@ -165,22 +157,15 @@ class LocalRuleRepository:
                                MAX_LOCAL_RULES, rule.origin)
                 return False
             # protection only grows: a literal rule of this client is kept above the cap
-        self._entries[rule.rule_id] = _Entry(rule=rule, active=active)
+        self._entries[rule.rule_id] = Entry(rule=rule, active=active)
         return True
 
     def _evict_one(self) -> bool:
         """Drop one entry by the eviction order of :data:`MAX_LOCAL_RULES`; ``False`` if none."""
-        tiers = (
-            lambda e: e.rule.origin == "global" and not e.active,
-            lambda e: e.rule.origin == "local" and not e.active and not e.rule.literals,
-            lambda e: e.rule.origin == "global",
-        )
-        for tier in tiers:
-            for rid, e in self._entries.items():
-                if tier(e):
-                    self._drop(rid)
-                    return True
-        return False
+        rid = eviction_victim(self._entries)
+        if rid is not None:
+            self._drop(rid)
+        return rid is not None
 
     def _drop(self, rid: str) -> None:
         """Remove an entry; local rules it displaced get their flag back."""
@@ -195,16 +180,9 @@ class LocalRuleRepository:
         Issue 12: a global rule had displaced a literal rule; the item it protects reached a
         response uncovered and leaked. Quarantined rules stay out of service.
         """
-        out = []
-        for rid, e in self._entries.items():
-            if e.active or e.rule.origin != "local" or rid in self._quarantined:
-                continue
-            types = set(e.rule.entity_types)
-            if any(set(u.entity_types) & types or any(
-                    literal_regex(lit).search(u.value) for lit in e.rule.literals)
-                   for u in uncovered):
-                e.active, e.displaced_by = True, None
-                out.append(rid)
+        out = covering_inactive(self._entries, self._quarantined, uncovered)
+        for rid in out:
+            self._entries[rid].active, self._entries[rid].displaced_by = True, None
         return out
 
     def next_local_id(self) -> str:
@@ -446,22 +424,9 @@ class LocalRuleRepository:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready state for client-local persistence (holds literals: never send it)."""
-        return {
-            "version": REPO_VERSION,
-            "mode": self.mode.value,
-            "next_id": self._next_id,
-            "quarantined": dict(self._quarantined),
-            "rules": [
-                {
-                    "rule": e.rule.to_dict(),
-                    "active": e.active,
-                    "counts": [e.n_trigger, e.n_valid, e.n_conflict],
-                    "reported": list(e.reported),
-                    **({"displaced_by": e.displaced_by} if e.displaced_by else {}),
-                }
-                for e in self._entries.values()
-            ],
-        }
+        return {"version": REPO_VERSION, "mode": self.mode.value, "next_id": self._next_id,
+                "quarantined": dict(self._quarantined),
+                "rules": [entry_to_dict(e) for e in self._entries.values()]}
 
     @classmethod
     def from_dict(cls, d: Any) -> LocalRuleRepository:
@@ -481,17 +446,10 @@ class LocalRuleRepository:
             repo._quarantined = {str(a): str(b)[:40]
                                  for a, b in dict(d.get("quarantined", {})).items()}
             for k, item in enumerate(d["rules"]):
-                rule = load_rule_lenient(item["rule"])
-                counts = tuple(int(x) for x in item["counts"])
-                reported = tuple(int(x) for x in item["reported"])
-                if len(counts) != 3 or len(reported) != 3 or min(*counts, *reported) < 0:
-                    raise ValueError(f"rules[{k}]: counts must be three non-negative integers")
-                repo._insert(rule, active=bool(item["active"]))
-                e = repo._entries[rule.rule_id]
-                e.n_trigger, e.n_valid, e.n_conflict = counts
-                e.reported = (reported[0], reported[1], reported[2])
-                by = item.get("displaced_by")
-                e.displaced_by = str(by)[:200] if by else None
+                e = entry_from_dict(item, k)
+                if e.rule.rule_id in repo._entries:
+                    raise ValueError(f"duplicate rule id {e.rule.rule_id!r}")
+                repo._entries[e.rule.rule_id] = e
         except (KeyError, TypeError) as e:
             raise ValueError(f"local rule repository payload is malformed: {e!r}") from None
         return repo
