@@ -136,8 +136,8 @@ class RulesConfig:
     # presidio | regex
     pii: str = "presidio"
     # server's initial global policy: built-in names of pfedma_flwr.rules.policy.GLOBAL_POLICIES
-    global_policy: list[str] = field(default_factory=lambda: [
-        "contact_query", "identifiers_query", "contact_response", "names_response"])
+    # (docs/rules.md); empty = the server starts without rules (the privacy presets set one)
+    global_policy: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -290,7 +290,11 @@ class GlobalRuleRepository:
             )
             for c in (pool.candidates[i] for i in chosen)
         ]
-        twins = query_twins(new_rules) if self.twins else []
+        # A twin only where no active query rule covers its entity types already (colluders'
+        # junk for one type adds no query rule when the server's policy holds that type).
+        covered = [set(r.entity_types) for r in self._rules if r.scope == "query" and r.active]
+        twins = [t for t in query_twins(new_rules) if self.twins
+                 and not any(set(t.entity_types) <= c for c in covered)]
         rows = self._rules + new_rules + twins
         emb = np.vstack([self._emb, pool_emb[chosen]]) if chosen else self._emb
         if twins:

@@ -27,7 +27,7 @@ from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
-from pfedma_flwr.rules.policy import initial_global_rules
+from pfedma_flwr.rules.policy import DEFAULT_GLOBAL_POLICY, initial_global_rules
 from pfedma_flwr.schema import ClientReply, RespondInstruction, RoutedQuery
 
 CLAIM = "mail bob@example.org or 555-123-4567 from 10.1.2.3 on 2024-01-05"
@@ -88,7 +88,8 @@ def test_server_seeds_its_policy_except_under_nr(mode, n_seeded):
     from pfedma_flwr.server_components import build_global_rules
 
     cfg = PFedMAConfig()
-    cfg.rules.mode = mode
+    assert build_global_rules(cfg, HashingEmbedder()).rules() == []  # default: no policy
+    cfg.rules.mode, cfg.rules.global_policy = mode, list(DEFAULT_GLOBAL_POLICY)
     repo = build_global_rules(cfg, HashingEmbedder())
     assert len(repo) == n_seeded
     assert {r.scope for r in repo.rules()} == ({"query", "response"} if n_seeded else set())
