@@ -184,9 +184,10 @@ def privacy_by_round(run: RunData) -> dict[str, float]:
 def rule_dynamics(run: RunData) -> dict[str, float]:
     """The co-evolution loop at work (issue 12): feedback rows, H moves, promotions, coverage.
 
-    ``feedback_rows``: Δ-count rows the server scored; ``h_moved``: global rules whose ``(H, N)``
-    changed during the run; ``promoted``: rules promoted; ``active@t``: active global rules
-    after Flower round ``t`` (rule coverage vs round).
+    Counts, named ``global_rules/<what>`` (tables show them raw): ``feedback_rows`` Δ-count rows
+    the server scored; ``h_moved`` global rules whose ``(H, N)`` changed during the run;
+    ``promoted`` rules promoted; ``active@r`` active global rules after Flower round ``r``
+    (rule coverage vs round).
     """
     rows = promoted = 0
     first: dict[str, list[float]] = {}
@@ -201,10 +202,11 @@ def rule_dynamics(run: RunData) -> dict[str, float]:
             first.setdefault(rid, [0.0, 0])
             last[rid] = v
         if h:
-            out[f"active@{rnd.get('round')}"] = float(sum(bool(v[2]) for v in h.values()))
+            out[f"global_rules/active@{rnd.get('round')}"] = float(
+                sum(bool(v[2]) for v in h.values()))
     moved = sum(1 for rid, v in last.items() if list(v[:2]) != list(first[rid][:2]))
-    out.update({"feedback_rows": float(rows), "h_moved": float(moved),
-                "promoted": float(promoted)})
+    out.update({"global_rules/feedback_rows": float(rows), "global_rules/h_moved": float(moved),
+                "global_rules/promoted": float(promoted)})
     return out
 
 
