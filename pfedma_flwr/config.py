@@ -138,6 +138,8 @@ class RulesConfig:
     # server's initial global policy: built-in names of pfedma_flwr.rules.policy.GLOBAL_POLICIES
     # (docs/rules.md); empty = the server starts without rules (the privacy presets set one)
     global_policy: list[str] = field(default_factory=list)
+    # a promoted response rule also adds its query-scope twin for P_in (docs/rules.md)
+    query_twins: bool = False
 
 
 @dataclass

@@ -65,7 +65,7 @@ def build_global_rules(cfg: PFedMAConfig, embedder: Embedder) -> GlobalRuleRepos
     """``Ω_global`` with a run-unique id prefix and the initial policy (none under ``NR``)."""
     ru = cfg.rules
     repo = GlobalRuleRepository(embedder=embedder, sim_threshold=ru.sim_threshold,
-                                id_prefix=new_id_prefix(), twins=True)
+                                id_prefix=new_id_prefix(), twins=ru.query_twins)
     if ru.mode != "NR":
         repo.seed(initial_global_rules(ru.global_policy))
     return repo

@@ -97,6 +97,9 @@ class UpdateReport:
     pool_similarity: SimilarityStats
     #: promoted by ζ but not admitted, per reason: invalid / per_client / per_round / full
     refused: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: query twins of promoted rules (server-derived, not admitted from a contributor: outside
+    #: the per-contributor caps, at most one per query-safe entity-type set not yet covered)
+    twins: tuple[str, ...] = ()
 
 
 class GlobalRuleRepository:
@@ -312,12 +315,14 @@ class GlobalRuleRepository:
         was_active = {r.rule_id for r in self._rules if r.active}
         kept: list[GlobalRule] = []
         added: list[str] = []
+        twin_ids: list[str] = []
+        n_promoted_rows = n_old + len(new_rules)
         for i in res.representatives:
             rid = rows[i].rule_id
             if i >= n_old:
                 self._next_id += 1
                 rid = f"{self.id_prefix}{self._next_id}"
-                added.append(rid)
+                (twin_ids if i >= n_promoted_rows else added).append(rid)
             kept.append(
                 dataclasses.replace(
                     rows[i],
@@ -348,6 +353,7 @@ class GlobalRuleRepository:
             deactivated=tuple(sorted(was_active - now_active)),
             pool_similarity=self.last_pool_similarity,
             refused=refused,
+            twins=tuple(twin_ids),
         )
         logger.debug("rule update %s", report)
         return report

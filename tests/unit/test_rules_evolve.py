@@ -242,10 +242,11 @@ def test_promoted_response_rule_gets_an_active_query_twin():
     got = sorted((r.scope, r.entity_types, r.active) for r in repo.rules())
     # LOCATION is task content in queries: the twin keeps PERSON only; both stay active
     assert got == [("query", ("PERSON",), True), ("response", ("LOCATION", "PERSON"), True)]
-    # both pool copies pass ζ = 1 and merge into one rule (+ its one twin)
-    assert up.promoted == 2 and len(up.added) == 2
-    # a second promotion of the same constraint merges into both, adds nothing
-    assert repo.update(2, pool).added == ()
+    # both pool copies pass ζ = 1 and merge into one rule; its twin is reported apart
+    assert up.promoted == 2 and len(up.added) == 1 and len(up.twins) == 1
+    # a second promotion of the same constraint merges; PERSON is covered now: no new twin
+    again = repo.update(2, pool)
+    assert again.added == () and again.twins == ()
     # without twins (the default), only the promoted rule
     plain = GlobalRuleRepository(embedder=emb, id_prefix="t")
     plain.update(1, pool)
