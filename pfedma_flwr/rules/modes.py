@@ -18,7 +18,11 @@ def local_utility(rel: float, n_trigger: int, n_valid: int, n_conflict: int) -> 
 
 
 def relevance(rule_emb: np.ndarray, experience_embs: np.ndarray) -> float:
-    """``Rel(ω, X_i) = max(0, max_x cos(e(ω), e(x)))``, 0 for an empty buffer (DESIGN §3.6)."""
+    """The seed's ``Rel = max(0, max_x cos(e(ω), e(x)))``, 0 for an empty buffer (DESIGN §3.6).
+
+    Kept for reference: adaptation uses :func:`~pfedma_flwr.rules.relevance.detector_relevance`
+    (this one stayed below ``phi_default`` on every benchmark, docs/rules.md).
+    """
     exp = np.asarray(experience_embs, dtype=np.float32)
     if exp.size == 0:
         return 0.0
