@@ -55,3 +55,18 @@ def test_contact_rule_adopted_only_with_matching_data(minilm, recognizer, bench,
         assert d.phi_global > 0.5
     else:
         assert d.phi_global == 0.0  # never fires: no relevance whatever the text similarity
+
+
+@pytest.mark.skipif(os.environ.get("PFEDMA_SKIP_PRESIDIO") == "1", reason="opt-out")
+@pytest.mark.parametrize(("bench", "adopted"), [
+    # measured Φ (MiniLM + Presidio, 16 items): PrivacyLens 0.63, GSM8K 0.53 (its word problems
+    # are full of names: detector relevance says so, rightly), MedQA 0.0 (no names)
+    ("privacylens", True),
+    ("gsm8k", True),
+    ("medqa", False),
+])
+def test_names_rule_follows_the_names_in_the_data(minilm, bench, adopted):
+    (rule,) = initial_global_rules(["names_response"])
+    rep = LocalRuleRepository().adapt([rule], _items(bench), minilm,
+                                      recognizer=get_recognizer("presidio"))
+    assert rep.decisions[0].active is adopted, rep.decisions[0].phi_global
