@@ -52,10 +52,11 @@ _STOP = frozenset(
 _OPTION_LINE = re.compile(r"^\s*\(?[A-E][.):]\s")
 
 _INSTRUCTIONS = {
+    # Plain chain of thought: an instruction to write terse one-quantity steps, with a terse
+    # GSM8K rationale as demonstration, cut the 1.5B model's answers to ~70 tokens and scored
+    # 3/10 on the default GSM8K questions (run of 2026-12-01), against 7/10 for plain CoT.
     "number": (
-        "Solve the problem step by step. Write one short step per line, each computing one "
-        "quantity from numbers given in the problem or found in earlier steps. Check that the "
-        "result answers exactly what is asked. Finish with a last line of the form "
+        "Solve the problem step by step. Finish with a last line of the form "
         "'The answer is N.' where N is only the final number (no units, no commas)."
     ),
     "option": (
