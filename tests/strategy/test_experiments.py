@@ -79,8 +79,8 @@ def test_preset_runs_at_tiny_size(name: str, tmp_path: Path):
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     for r in result["rows"]:
         for m, value in r["metrics"].items():
-            if m not in ("rounds", "tokens", "calls", "global_rules", "query_rules", "NRP") \
-                    and not math.isnan(value):
+            if m not in ("rounds", "tokens", "calls", "global_rules", "query_rules", "NRP",
+                         "tokens_per_solved") and not math.isnan(value):
                 assert 0.0 <= value <= 1.0, (name, r["variant"], m, value)
     logger.warning("%s tiny:\n%s", name, md)
 
@@ -97,6 +97,36 @@ def test_injection_asr_pfedma_vs_filtering_disabled(tmp_path: Path):
     assert 0.0 <= pf["ASR"] <= 1.0 and 0.0 <= off["ASR"] <= 1.0
     assert off["det"] == 0.0  # -all retains every response
     assert pf["exposure"] > 0.0  # malicious clients did take part
+
+
+def test_main_compares_pfedma_with_a_single_agent(tmp_path: Path):
+    from pfedma_flwr.experiments.runner import plan
+
+    preset = load_preset("main")
+    runs = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path)}
+    assert set(runs) == {"pfedma", "single-agent"}
+    # the single agent: one client whatever the size's N, one round, no filter, no rules, greedy
+    assert runs["pfedma"].num_clients == 8 and runs["single-agent"].num_clients == 1
+    single = runs["single-agent"].overrides
+    for item in ("strategy.t_max=1", "anomaly.ablation=-all", "rules.mode=NR",
+                 "agent.backend.temperature=0.0", "'agent.profiles=[generalist]'"):
+        assert item in single, (item, single)
+    assert "num_clients" not in single  # reserved level key, not a config override
+    # the CLI's --num-clients does not turn the single agent into a federation
+    again = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path, num_clients=5)}
+    assert again["single-agent"].num_clients == 1 and again["pfedma"].num_clients == 5
+    # at tiny size both run, on the same questions, with a method column in results.csv
+    result = run_experiment("main", size="tiny", output_dir=tmp_path / "tiny",
+                            executor=fakegrid_executor)
+    rows = _read_csv(tmp_path / "tiny" / "results.csv")
+    assert [r["method"] for r in rows] == ["pfedma", "single-agent"]
+    import json
+
+    qs = [{json.loads(ln)["query_id"] for ln in (tmp_path / "tiny" / "runs" / r["variant"] /
+                                                   "queries.jsonl").read_text().splitlines()}
+          for r in result["rows"]]
+    assert qs[0] == qs[1] and len(qs[0]) == 18  # the same 6 x 3 questions for both methods
+    assert result["rows"][1]["metrics"]["rounds"] == 1.0  # T_max 1
 
 
 def test_only_selects_variants_by_axis_level_and_names_bad_input(tmp_path: Path):
