@@ -156,3 +156,33 @@ def test_departed_node_is_not_routed_to_again(federation, tmp_path: Path):
         FakeGrid.get_node_ids = original
     assert all(m.metadata.dst_node_id != grid.node_ids[0] for m in _respond_msgs(grid))
     assert summary["num_queries"] == 6
+
+
+def test_a_lone_answer_teaches_no_capability(federation, tmp_path: Path):
+    # One client per query, one round: nobody else answered, so the leave-one-out z is empty
+    # and C stays at its prior for every client (with its own vote in z, every lone answer
+    # agreed with z and raised C). Reliability S still moves: every answer was retained.
+    summary, _ = federation(responder=lambda msgs: answer_json("42"),
+                            overrides="strategy.k_max=1 strategy.t_max=1")
+    clients = summary["routing"]["clients"]
+    asked = [c for c, st in clients.items() if st["n_asked"]]
+    assert asked and all(clients[c]["capability"] == {} for c in asked)
+    assert all(clients[c]["reliability"] > 0.5 for c in asked)
+
+
+def test_quality_is_measured_against_the_others(federation, tmp_path: Path):
+    # Three agents per query; the physician dissents ("9") from the two others ("7").
+    # Leave-one-out: each agreeing agent's answer equals the z of the others -> g > 0; the
+    # dissenter's answer differs from the others' z -> g = 0, so its C falls below the prior.
+    def responder(msgs):
+        return answer_json("9" if "physician" in msgs[0]["content"].lower() else "7")
+
+    summary, _ = federation(num_nodes=3, responder=responder,
+                            overrides="strategy.k_max=3 strategy.t_max=1 anomaly.tolerance=1.0")
+    clients = summary["routing"]["clients"]
+    desc = summary["clients"]
+    phys = next(c for c, d in desc.items() if d["profile_name"] == "physician")
+    others = [c for c in desc if c != phys]
+    for dom in ("math", "medicine"):
+        assert clients[phys]["capability"][dom] < 0.5
+        assert all(clients[c]["capability"][dom] > 0.5 for c in others)
