@@ -198,7 +198,8 @@ class ClientAgent:
         """Answer every routed query of ``ins`` in one batched generation (DESIGN §1 step 3)."""
         state.rules.begin_message()  # one pattern-matching time budget per message
         adapt = state.rules.adapt(list(ins.global_rules), state.experience, self.embedder,
-                                  sim_threshold=self.sim_threshold, phi_default=self.phi_default)
+                                  sim_threshold=self.sim_threshold, phi_default=self.phi_default,
+                                  recognizer=self.recognizer)
         reasoning = self.response_format == "reasoning"
         shots_of = self._demonstrations(ins.queries)
         lessons_of = self._recall(ins.queries, state) if reasoning else {}

@@ -102,6 +102,10 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         a, profile_for_client(0 if node.get("profile") else pid, names))
     where = "agent.backend" if section is a.backend else f"agent.backbones.{profile.backbone}"
     backend = policy.backend_section(section, where=where)
+    if backend.name == "simulated" and data_dir and "data_dir" not in backend.options:
+        # the scripted agents look questions up in this node's benchmark files (inside a
+        # Flower app bundle the default data dir does not exist)
+        backend = dataclasses.replace(backend, options={**backend.options, "data_dir": data_dir})
     return ClientAgent(
         profile=profile, backend=make_configured_backend(backend),
         private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),

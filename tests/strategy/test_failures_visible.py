@@ -151,12 +151,7 @@ BAD_STATE = {
 }
 
 
-@pytest.mark.parametrize("form", [
-    *[f for f in BAD_STATE if f != "wrong_types"],
-    pytest.param("wrong_types", marks=pytest.mark.xfail(
-        strict=True, reason="agent_app.load_state must read through StateStore.load_as "
-                            "(AgentState.from_dict) so that this message, too, starts fresh")),
-])
+@pytest.mark.parametrize("form", list(BAD_STATE))
 def test_undecodable_state_file_is_quarantined_and_the_node_answers(federation, tmp_path,
                                                                     form):
     root = tmp_path / "nodes"

@@ -65,7 +65,8 @@ def test_agent_demonstrations_by_scope_and_answer_format(scope: str):
     agent = ClientAgent(
         profile=AgentProfile(name="x", domains=("math",), prompt="You are X."), backend=backend,
         private_data=[_task(1, "p1"), _task(2, "p2"), _task(3, "m1", "option")],
-        embedder=emb, recognizer=None, few_shot=1, few_shot_scope=scope)
+        embedder=emb, recognizer=None, few_shot=1, few_shot_scope=scope,
+        response_format="json")
     ins = RespondInstruction(server_round=1, queries=(
         RoutedQuery(query_id="a", text="q1", domain="math", round=1, answer_kind="number"),
         RoutedQuery(query_id="b", text="q2", domain="math", round=1, answer_kind="number"),
@@ -83,3 +84,27 @@ def test_agent_rejects_unknown_scope():
         ClientAgent(profile=AgentProfile(name="x", domains=("math",), prompt="p"),
                     backend=MockBackend(), private_data=[], embedder=TableEmbedder({}),
                     recognizer=None, few_shot_scope="round")
+
+
+def test_reasoning_agents_show_only_worked_demonstrations():
+    # response_format=reasoning: a D_i task with a rationale becomes a worked demonstration
+    # ("... The answer is N."); one without (MedQA-style) is never shown, the reasoning is
+    # instructed instead.
+    import dataclasses
+
+    emb = TableEmbedder({"p1": [1, 0], "m1": [0.6, 0.8], "q1": [1, 0], "qm": [0.6, 0.8]})
+    backend = MockBackend()
+    worked = dataclasses.replace(_task(1, "p1"), rationale="2 + 3 = 5")
+    agent = ClientAgent(
+        profile=AgentProfile(name="x", domains=("math",), prompt="You are X."), backend=backend,
+        private_data=[worked, _task(3, "m1", "option")], embedder=emb, recognizer=None,
+        few_shot=1, few_shot_scope="query")
+    ins = RespondInstruction(server_round=1, queries=(
+        RoutedQuery(query_id="a", text="q1", domain="math", round=1, answer_kind="number"),
+        RoutedQuery(query_id="c", text="qm", domain="medicine", round=1, answer_kind="option"),
+    ), global_rules=())
+    agent.respond(ins, agent.new_state())
+    number, option = backend.prompts
+    assert [m["role"] for m in number] == ["system", "user", "assistant", "user"]
+    assert number[2]["content"] == f"2 + 3 = 5\nThe answer is {worked.gold}."
+    assert [m["role"] for m in option] == ["system", "user"]
