@@ -211,8 +211,7 @@ class ClientAgent:
                 prompts.append(build_reasoning_messages(
                     profile_prompt=self.profile.prompt, query_text=text,
                     refinement=q.refinement, answer_kind=q.answer_kind,
-                    few_shot=[(t.question, reasoning_demo(t.question, t.rationale, t.gold,
-                                                          q.answer_kind))
+                    few_shot=[(t.question, reasoning_demo(t.rationale, t.gold, q.answer_kind))
                               for t in shots if t.rationale],
                     lessons=lessons_of.get(q.query_id, ()),
                 ))

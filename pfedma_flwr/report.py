@@ -8,7 +8,6 @@ missing or damaged leaves its section out with a note, it never stops the report
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pfedma_flwr import __version__
+from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, file_sha256
 from pfedma_flwr.persistence import read_jsonl_lines
 from pfedma_flwr.resources import PACKAGE_DIR, is_source_tree
 from pfedma_flwr.results import write_json_atomic, write_text_atomic
@@ -326,27 +326,17 @@ def model_info(backend: Any) -> dict[str, Any]:
     name, model = str(getattr(backend, "name", "")), str(getattr(backend, "model", ""))
     info: dict[str, Any] = {"backend": name, "model": model}
     if name == "embedded":
-        from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS
-
         spec = EMBEDDED_MODELS.get(model)
         if spec is not None:
             # the digest the assembled file is checked against (none recorded for smollm2)
             info.update(file=spec.filename, sha256=spec.sha256 or None)
     elif name == "transformers" and Path(model).expanduser().is_file():
-        info.update(file=Path(model).name, sha256=_sha256(Path(model).expanduser()))
+        info.update(file=Path(model).name, sha256=file_sha256(Path(model).expanduser()))
     if getattr(backend, "base_url", ""):
         from pfedma_flwr.agents.backends.openai_backend import _safe_url
 
         info["base_url"] = _safe_url(str(backend.base_url))
     return info
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def update_run_info(path: Path | str, fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from pfedma_flwr.agents.reasoning import reasoning_instruction
+
 _CALC = re.compile(r"<<[^>]*>>")  # GSM8K calculator annotations
 _SENT = re.compile(r"(?<=[.?!])\s+|\n+")
 _WORD = re.compile(r"[a-z]{3,}|\d+(?:\.\d+)?")
@@ -217,7 +219,7 @@ def build_agent_messages(
 # --------------------------------------------------------------------------- reasoning format
 
 
-def reasoning_demo(task_question: str, rationale: str, gold: str, answer_kind: str) -> str:
+def reasoning_demo(rationale: str, gold: str, answer_kind: str) -> str:
     """A demonstration's worked reasoning, ending the way the agent must end its own."""
     steps = [ln.strip() for ln in _CALC.sub("", rationale).splitlines() if ln.strip()]
     final = gold.strip().replace(",", "") if answer_kind == "number" else gold.strip()
@@ -240,8 +242,6 @@ def build_reasoning_messages(
     lessons ``X_i``; ``few_shot`` are ``(question, worked reasoning)`` pairs from ``D_i``
     rendered as prior turns. The structured response is derived from the reply afterwards.
     """
-    from pfedma_flwr.agents.reasoning import reasoning_instruction
-
     if not query_text.strip():
         raise ValueError("query_text must not be empty")
     parts = [profile_prompt.strip() or "You are a careful expert assistant.",

@@ -139,13 +139,9 @@ class RoutingTable:
         self, client_id: str, domain: str, *, anomaly: float, sim_to_z: float, retained: bool
     ) -> RoutingState:
         """Apply §3.8 for one evaluated response of ``client_id`` to a query of ``domain``."""
-        st = self.get(client_id)
-        g = quality_signal(anomaly, sim_to_z, retained)
-        st.capability[domain], st.reliability = update_routing_state(
-            st.c(domain), st.reliability, g, retained, self.eta
-        )
-        st.n_asked[domain] = st.asked(domain) + 1
-        return st
+        return self.record_round(client_id, domain,
+                                 qualities=[quality_signal(anomaly, sim_to_z, retained)],
+                                 retained=[retained])
 
     def record_round(
         self, client_id: str, domain: str, *, qualities: list[float], retained: list[bool]
@@ -160,26 +156,18 @@ class RoutingTable:
         with (none: ``C`` is kept); ``retained`` one flag per answer, a failure being ``False``.
         """
         st = self.get(client_id)
-        c = st.c(domain)
         if qualities:
-            c, _ = update_routing_state(c, st.reliability,
-                                        float(sum(qualities) / len(qualities)), False, self.eta)
+            st.capability[domain], _ = update_routing_state(
+                st.c(domain), st.reliability, sum(qualities) / len(qualities), False, self.eta)
         if retained:
             share = sum(retained) / len(retained)
             st.reliability = (1.0 - self.eta) * st.reliability + self.eta * share
-        if qualities:
-            st.capability[domain] = c
         st.n_asked[domain] = st.asked(domain) + len(retained)
         return st
 
     def record_failure(self, client_id: str, domain: str) -> RoutingState:
         """Selected client failed, timed out or sent nothing usable: ``S`` decays, ``C`` is kept."""
-        st = self.get(client_id)
-        _, st.reliability = update_routing_state(
-            st.c(domain), st.reliability, 0.0, False, self.eta
-        )
-        st.n_asked[domain] = st.asked(domain) + 1
-        return st
+        return self.record_round(client_id, domain, qualities=[], retained=[False])
 
     def to_dict(self) -> dict[str, Any]:
         """Checkpoint form: ``{"eta": η, "clients": {id: state}}``."""

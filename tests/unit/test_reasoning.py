@@ -109,7 +109,7 @@ def test_derive_without_answer_is_a_format_failure():
 
 
 def test_reasoning_prompt_and_demo():
-    demo = reasoning_demo("q", "Natalia sold 48/2 = <<48/2=24>>24 clips.\n48+24 = <<48+24=72>>72",
+    demo = reasoning_demo("Natalia sold 48/2 = <<48/2=24>>24 clips.\n48+24 = <<48+24=72>>72",
                           "72", "number")
     assert demo == "Natalia sold 48/2 = 24 clips.\n48+24 = 72\nThe answer is 72."
     msgs = build_reasoning_messages(profile_prompt="You are a mathematician.", query_text="Q?",

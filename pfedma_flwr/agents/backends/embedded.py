@@ -94,7 +94,8 @@ def _package_file(package: str, relpath: str, model: EmbeddedModel) -> Path:
     )
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 4 MiB blocks."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -170,4 +171,4 @@ def _assemble(model: EmbeddedModel, parts: list[Path], target: Path) -> Path:
 def verify(name: str) -> bool:
     """Recompute the sha256 of an embedded model file (slow: reads the whole file)."""
     model = EMBEDDED_MODELS[name]
-    return not model.sha256 or _sha256(embedded_model_path(name)) == model.sha256
+    return not model.sha256 or file_sha256(embedded_model_path(name)) == model.sha256
