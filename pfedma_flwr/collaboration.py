@@ -122,7 +122,8 @@ class CollaborationEngine:
             "tasks": self._n_tasks, "T_max": s.t_max, "K_max": s.k_max,
             "batch": s.batch_size, "orchestrator": type(self.orchestrator).__name__,
             "judge": type(self.judge).__name__, "anomaly": (s.lambda_pool, s.alpha_con,
-                                                            s.tolerance, s.ablation),
+                                                            s.tolerance, s.consensus,
+                                                            s.ablation),
             "rules": (s.rule_mode, s.sim_threshold),
             "ablations": {"RQ": not s.refine_query, "IA": not s.use_capability,
                           "RT": not s.use_reliability},
@@ -265,7 +266,7 @@ class CollaborationEngine:
         results = evaluate_batch(
             groups, kinds=[q.task.answer_kind for q in in_flight], judge=self.judge,
             embedder=self.embedder, lambda_pool=s.lambda_pool, alpha_con=s.alpha_con,
-            tolerance=s.tolerance, ablation=s.ablation,
+            tolerance=s.tolerance, ablation=s.ablation, consensus=s.consensus,
             options=[q.task.options or None for q in in_flight],
             prior=[[h.response.final_answer for h in q.history
                     if h.retained and h.response is not None] for q in in_flight],

@@ -97,6 +97,8 @@ class AnomalyConfig:
     lambda_pool: float = 0.3
     alpha_con: float = 0.3
     tolerance: float = 0.5
+    # coherent (disagreeing with a split is no anomaly) | mean (the seed's 1 - mean sim)
+    consensus: str = "coherent"
     # none | -intent | -evidence | -consensus | -all
     ablation: str = "none"
     # backend of the LLM judge (used only when judge = llm)
@@ -315,6 +317,8 @@ def _validate(cfg: PFedMAConfig) -> None:
         (0.0 <= a.lambda_pool <= 1.0, f"anomaly.lambda_pool must be in [0,1], got {a.lambda_pool}"),
         (0.0 <= a.alpha_con <= 1.0, f"anomaly.alpha_con must be in [0,1], got {a.alpha_con}"),
         (0.0 <= a.tolerance <= 1.0, f"anomaly.tolerance must be in [0,1], got {a.tolerance}"),
+        (a.consensus in ("coherent", "mean"),
+         f"anomaly.consensus must be coherent|mean, got {a.consensus!r}"),
         (a.ablation in ABLATIONS,
          f"anomaly.ablation must be one of {ABLATIONS}, got {a.ablation!r}"),
         (0.0 < r.eta <= 1.0, f"routing.eta must be in (0,1], got {r.eta}"),

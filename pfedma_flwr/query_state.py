@@ -37,6 +37,7 @@ class EngineSettings:
     lambda_pool: float = 0.3
     alpha_con: float = 0.3
     tolerance: float = 0.5
+    consensus: str = "coherent"
     ablation: str = "none"
     use_capability: bool = True
     use_reliability: bool = True

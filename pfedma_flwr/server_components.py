@@ -82,7 +82,7 @@ def build_engine(
         t_max=s.t_max, k_max=s.k_max, batch_size=s.batch_size, min_replies=s.min_replies,
         max_failed_share=s.max_failed_share,
         lambda_pool=a.lambda_pool, alpha_con=a.alpha_con, tolerance=a.tolerance,
-        ablation=a.ablation, use_capability=r.use_capability,
+        consensus=a.consensus, ablation=a.ablation, use_capability=r.use_capability,
         use_reliability=r.use_reliability, refine_query=r.refine_query,
         refine_style=r.refine_style, rule_mode=ru.mode,
         sim_threshold=ru.sim_threshold, seed=cfg.seed,

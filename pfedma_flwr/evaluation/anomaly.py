@@ -144,24 +144,51 @@ def similarity_to(
     return [float(v) for v in m[:-1, -1]]
 
 
+CONSENSUS_MODES = ("coherent", "mean")
+
+
 def consensus_anomalies(
     answers: Sequence[str], kind: str, embedder: Embedder, *, options: Options = None,
-    prior: Sequence[str] = (),
+    prior: Sequence[str] = (), mode: str = "coherent",
 ) -> list[float]:
-    """``a_con,i = 1 − mean_j sim(a_i, a_j)`` over the other participants and ``prior``.
+    """Consensus anomaly of each answer against the other participants and ``prior``.
+
+    ``mean`` is the seed's ``a_con,i = 1 − mean_j sim(a_i, a_j)``. ``coherent`` (default,
+    docs/accuracy.md) weights it by how much the others agree among themselves,
+    ``a_con,i = (1 − mean_j sim(a_i, a_j)) · mean_{j<k} sim(a_j, a_k)`` over ``j, k ≠ i``:
+    disagreeing with a consensus marks an outlier, disagreeing with a split does not. With one
+    other answer there is no consensus to deviate from, so a two-way split scores 0 for both
+    (under ``mean`` both scored 1 and honest pairs were filtered).
 
     ``prior`` holds the query's retained answers of earlier rounds (DESIGN §3.7 revision), so a
     later-round answer is checked against everything the federation already accepted, not
     only against the (often single) participant of its own round. 0 with nobody to compare.
     """
+    if mode not in CONSENSUS_MODES:
+        raise ValueError(f"consensus mode must be one of {CONSENSUS_MODES}, got {mode!r}")
     n, m = len(answers), len(prior)
     if n == 0 or n + m <= 1:
         return [0.0] * n
     sim = answer_similarity_matrix([*answers, *prior], kind, embedder,
                                    options=options).astype(np.float64)
+    total = n + m
     block = sim[:n]
-    others = (block.sum(axis=1) - np.diag(sim)[:n]) / (n + m - 1)
-    return [float(np.clip(1.0 - v, 0.0, 1.0)) for v in others]
+    raw = (block.sum(axis=1) - np.diag(sim)[:n]) / (total - 1)
+    out = [float(np.clip(1.0 - v, 0.0, 1.0)) for v in raw]
+    if mode == "mean":
+        return out
+    off = sim.copy()
+    np.fill_diagonal(off, 0.0)
+    pair_sum = off.sum() / 2.0
+    for i in range(n):
+        rest = total - 1
+        if rest < 2:
+            out[i] = 0.0
+            continue
+        # pairs among the others: all pairs minus those involving i
+        coherence = (pair_sum - off[i].sum()) / (rest * (rest - 1) / 2.0)
+        out[i] = float(np.clip(out[i] * coherence, 0.0, 1.0))
+    return out
 
 
 @dataclass(frozen=True)
@@ -217,6 +244,7 @@ def evaluate_batch(
     ablation: Ablation | str = Ablation.NONE,
     options: Sequence[Options] | None = None,
     prior: Sequence[Sequence[str]] | None = None,
+    consensus: str = "coherent",
 ) -> list[list[AnomalyResult]]:
     """Score the responses of several queries of one round, one judge call per term.
 
@@ -237,6 +265,8 @@ def evaluate_batch(
         Per group multiple-choice options for canonical answers.
     prior : Sequence[Sequence[str]], optional
         Per group the retained answers of earlier rounds (consensus is taken against them too).
+    consensus : str
+        ``coherent`` or ``mean`` (see :func:`consensus_anomalies`).
 
     Returns
     -------
@@ -282,7 +312,8 @@ def evaluate_batch(
             answers = [grp[k].final_answer for k in idx]  # type: ignore[union-attr]
             earlier = list(prior[g]) if prior is not None else []
             for k, v in zip(idx, consensus_anomalies(answers, kinds[g], embedder, options=opts,
-                                                     prior=earlier), strict=True):
+                                                     prior=earlier, mode=consensus),
+                            strict=True):
                 a_con[(g, k)] = v
 
     out: list[list[AnomalyResult]] = [[UNPARSED] * len(grp) for grp in groups]
@@ -307,9 +338,11 @@ def evaluate_responses(
     tolerance: float = 0.5,
     ablation: Ablation | str = Ablation.NONE,
     options: Options = None,
+    consensus: str = "coherent",
 ) -> list[AnomalyResult]:
     """:func:`evaluate_batch` for the responses to a single query."""
     return evaluate_batch(
         [responses], kinds=[kind], judge=judge, embedder=embedder, lambda_pool=lambda_pool,
         alpha_con=alpha_con, tolerance=tolerance, ablation=ablation, options=[options],
+        consensus=consensus,
     )[0]

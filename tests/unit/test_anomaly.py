@@ -146,8 +146,12 @@ def test_consensus_equal_canonical_answers_is_zero():
 def test_consensus_uses_clipped_cosine_for_free_text():
     # sim(18,20)=.6, sim(18,abc)=max(-1,0)=0, sim(20,abc)=max(-.6,0)=0
     # a_con(18)=1−(.6+0)/2=.7, a_con(20)=1−(.6+0)/2=.7, a_con(abc)=1−0=1
-    got = consensus_anomalies(["18", "20", "abc"], "text", EMB)
+    got = consensus_anomalies(["18", "20", "abc"], "text", EMB, mode="mean")
     assert got == pytest.approx([0.7, 0.7, 1.0])
+    # coherent: weighted by the others' own agreement; the others of 18 and of 20 include abc
+    # (sim 0 to each), so only abc, whose others agree at .6, is an outlier: 1 · .6
+    got = consensus_anomalies(["18", "20", "abc"], "text", EMB)
+    assert got == pytest.approx([0.0, 0.0, 0.6])
 
 
 @pytest.mark.parametrize("kind,answers,expected", [
@@ -160,7 +164,24 @@ def test_consensus_uses_clipped_cosine_for_free_text():
 ])
 def test_consensus_is_canonical_equality_for_discrete_answers(kind, answers, expected):
     emb = MatrixEmbedder({"18": [1, 0], "20": [0.6, 0.8], "18.0": [1, 0]})
-    assert consensus_anomalies(answers, kind, emb) == pytest.approx(expected)
+    assert consensus_anomalies(answers, kind, emb, mode="mean") == pytest.approx(expected)
+    # coherent: the two agreeing answers face a split (coherence 0), the odd one a consensus
+    coherent = [1.0 if e == 1.0 else 0.0 for e in expected]
+    assert consensus_anomalies(answers, kind, emb) == pytest.approx(coherent)
+
+
+def test_coherent_consensus_two_way_split_is_neutral():
+    # two honest agents that disagree: no majority, so neither is an outlier (mean: both 1)
+    assert consensus_anomalies(["12", "17"], "number", EMB) == [0.0, 0.0]
+    assert consensus_anomalies(["12", "17"], "number", EMB, mode="mean") == [1.0, 1.0]
+    # a round-2 answer against a round-1 tie (251 vs 44) is not an outlier either
+    assert consensus_anomalies(["54"], "number", EMB, prior=["251", "44"]) == [0.0]
+    # 4 answers A A A B: B faces full agreement (1 · 1); each A has raw 1/3 and its others
+    # (A, A, B) agree on 1 pair of 3 → 1/3 · 1/3
+    got = consensus_anomalies(["7", "7", "7", "8"], "number", EMB)
+    assert got == pytest.approx([1 / 9, 1 / 9, 1 / 9, 1.0])
+    with pytest.raises(ValueError, match="consensus mode"):
+        consensus_anomalies(["1", "2"], "number", EMB, mode="median")
 
 
 def test_consensus_counts_earlier_retained_answers():
@@ -169,15 +190,19 @@ def test_consensus_counts_earlier_retained_answers():
     # "12" agrees with both earlier answers
     assert consensus_anomalies(["12"], "number", EMB, prior=["12", "12"]) == [0.0]
     # two participants + 2 prior: "12" agrees with 2 of its 3 others, "17" with 0 of 3
-    got = consensus_anomalies(["12", "17"], "number", EMB, prior=["12", "12"])
+    got = consensus_anomalies(["12", "17"], "number", EMB, prior=["12", "12"], mode="mean")
     assert got == pytest.approx([1 / 3, 1.0])
+    # coherent: 12's others (17, 12, 12) agree on 1 of 3 pairs → 1/3 · 1/3; 17's all agree
+    got = consensus_anomalies(["12", "17"], "number", EMB, prior=["12", "12"])
+    assert got == pytest.approx([1 / 9, 1.0])
     assert consensus_anomalies(["12"], "number", EMB) == [0.0]  # nobody to compare with
 
 
 def test_blank_answers_agree_with_nobody():
     m = answer_similarity_matrix(["", "", "18"], "number", EMB)
     assert m.tolist() == [[0, 0, 0], [0, 0, 0], [0, 0, 1]]
-    assert consensus_anomalies(["", "18"], "number", EMB) == [1.0, 1.0]
+    assert consensus_anomalies(["", "18"], "number", EMB, mode="mean") == [1.0, 1.0]
+    assert consensus_anomalies(["", "", "18"], "number", EMB) == [0.0, 0.0, 0.0]
 
 
 def test_similarity_to_reference():
@@ -204,7 +229,8 @@ def _judge():
 
 def test_evaluate_responses_scores_and_filters():
     judge = _judge()
-    out = evaluate_responses([R1, R2, None, R4], kind="number", judge=judge, embedder=EMB)
+    out = evaluate_responses([R1, R2, None, R4], kind="number", judge=judge, embedder=EMB,
+                             consensus="mean")
     # consensus: R1, R2 agree (sim 1), R4 orthogonal (sim 0) → a_con .5, .5, 1
     # R1: bracket .3·.2+.7·.1=.13 → A=.7·.13+.3·.5=.241
     # R2: bracket .3·.5+.7·.25=.325 → A=.2275+.15=.3775
@@ -213,6 +239,10 @@ def test_evaluate_responses_scores_and_filters():
     assert [r.retained for r in out] == [True, True, False, False]
     assert [r.reason for r in out] == ["retained", "retained", "unparsed", "above_tolerance"]
     assert [r.a_con for r in out] == pytest.approx([0.5, 0.5, 0.0, 1.0])
+    # coherent: R1's and R2's others (a split of 18 and 42) agree on nothing → a_con 0, so
+    # A = .7·bracket: .091, .2275; R4 faces two agreeing answers → unchanged .9755
+    out = evaluate_responses([R1, R2, None, R4], kind="number", judge=_judge(), embedder=EMB)
+    assert [r.score for r in out] == pytest.approx([0.091, 0.2275, 1.0, 0.9755])
     # one batched call per judge term, over the parsed responses only
     assert judge.calls == {"intent": 1, "evidence": 1}
     assert judge.seen[0] == ["18", "9 eggs sold", "16-3-4=9"]
@@ -241,7 +271,7 @@ def test_evaluate_all_ablation_skips_the_evaluator():
 def test_evaluate_term_ablations(ablation, scores, calls):
     judge = _judge()
     out = evaluate_responses([R1, R2, R4], kind="number", judge=judge, embedder=EMB,
-                             ablation=ablation)
+                             ablation=ablation, consensus="mean")
     assert [r.score for r in out] == pytest.approx(scores)
     assert judge.calls == calls
     # tolerance .5: "-intent" keeps R2 at exactly .5 (A ≤ tolerance is retained)
@@ -269,10 +299,15 @@ def test_bad_judge_values_are_conservative():
 def test_evaluate_batch_consensus_within_groups_one_judge_call():
     judge = FakeJudge(intent=[0.0] * 3, supports=[[1.0], [1.0, 1.0], []])
     out = evaluate_batch([[R1, None], [R2, R4]], kinds=["number", "number"], judge=judge,
-                         embedder=EMB)
+                         embedder=EMB, consensus="mean")
     assert judge.calls == {"intent": 1, "evidence": 1}
     # group 1: R1 alone → a_con 0; group 2: 18 vs 42 orthogonal → a_con 1 each
     assert [[r.a_con for r in g] for g in out] == [[0.0, 0.0], [1.0, 1.0]]
+    # coherent (default): 18 vs 42 is a split with no consensus → 0 each
+    out = evaluate_batch([[R1, None], [R2, R4]], kinds=["number", "number"],
+                         judge=FakeJudge(intent=[0.0] * 3, supports=[[1.0], [1.0, 1.0], []]),
+                         embedder=EMB)
+    assert [[r.a_con for r in g] for g in out] == [[0.0, 0.0], [0.0, 0.0]]
     assert out[0][1].reason == "unparsed"
 
 
