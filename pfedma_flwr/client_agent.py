@@ -29,7 +29,6 @@ from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
-from pfedma_flwr.protocol import ClientDescription
 from pfedma_flwr.rules.local_repo import LocalRuleRepository, RuleMode
 from pfedma_flwr.rules.outgoing import check_outgoing, client_secrets
 from pfedma_flwr.rules.pii import PiiRecognizer
@@ -43,6 +42,7 @@ from pfedma_flwr.schema import (
     RoutedQuery,
     RuleCandidate,
 )
+from pfedma_flwr.wire import ClientDescription
 
 if TYPE_CHECKING:
     from pfedma_flwr.adversary import Adversary

@@ -21,7 +21,6 @@ from pfedma_flwr.data.profiles import knowledge_domain
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.evaluation.anomaly import evaluate_batch, similarity_to
 from pfedma_flwr.evaluation.judges import Judge
-from pfedma_flwr.protocol import ClientDescription
 from pfedma_flwr.query_state import (
     EngineSettings,
     QueryState,
@@ -44,6 +43,7 @@ from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.promotion import build_candidate_pool
 from pfedma_flwr.schema import ClientReply, ProcessedResponse, RespondInstruction, RoutedQuery
+from pfedma_flwr.wire import ClientDescription
 
 logger = logging.getLogger(__name__)
 
