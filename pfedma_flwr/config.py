@@ -68,6 +68,9 @@ class BackendConfig:
 class StrategyConfig:
     """Collaboration loop of the PFedMA strategy."""
 
+    # the method: pfedma | single-agent | fedicl | epeagents | router-r1 | kabb | optagent | moa
+    # (strategies/registry.py) or module:Class of a strategy from outside the repo
+    name: str = "pfedma"
     # maximum collaboration rounds per query (T_max)
     t_max: int = 2
     # maximum clients selected per query round (K_max)
@@ -109,7 +112,7 @@ class AnomalyConfig:
 class RoutingConfig:
     """Routing state, orchestrator and query refinement (DESIGN §3.8, §3.10, §3.12)."""
 
-    # heuristic | random (or module:Class)
+    # heuristic | random | llm (or module:Class)
     orchestrator: str = "heuristic"
     eta: float = 0.2
     stop_support: float = 0.7
@@ -125,6 +128,8 @@ class RoutingConfig:
     # refinement wording: independent (re-solve from scratch, earlier answers only listed) |
     # verify (the candidate answer and its claims, asking to verify it)
     refine_style: str = "independent"
+    # backend of the llm orchestrator (used only when orchestrator = llm; docs/training.md)
+    llm_backend: BackendConfig = field(default_factory=lambda: BackendConfig(max_tokens=256))
 
 
 @dataclass
@@ -306,6 +311,8 @@ def _bool_keys(cls: type, prefix: str = "") -> set[str]:
 def _validate(cfg: PFedMAConfig) -> None:
     s, a, r, ru, d = cfg.strategy, cfg.anomaly, cfg.routing, cfg.rules, cfg.data
     checks: list[tuple[bool, str]] = [
+        (bool(s.name.strip()),
+         f"strategy.name must name a strategy (or module:Class), got {s.name!r}"),
         (s.t_max >= 1, f"strategy.t_max must be >= 1, got {s.t_max}"),
         (s.k_max >= 1, f"strategy.k_max must be >= 1, got {s.k_max}"),
         (s.batch_size >= 1, f"strategy.batch_size must be >= 1, got {s.batch_size}"),

@@ -54,6 +54,14 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
     if r.orchestrator == "random":
         return factory(k_max=cfg.strategy.k_max, seed=cfg.seed, stop_support=r.stop_support,
                        embedder=embedder)
+    if r.orchestrator == "llm":
+        lb = r.llm_backend
+        extra_llm = {"backend": make_configured_backend(lb), "max_tokens": lb.max_tokens,
+                     "temperature": lb.temperature}
+        return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
+                       exploration_c=r.exploration_c, use_capability=r.use_capability,
+                       use_reliability=r.use_reliability, embedder=embedder,
+                       adaptive_k=r.adaptive_k, **extra_llm)
     # Only passed when on, so plug-in orchestrators without the option keep working.
     extra = {"adaptive_k": True} if r.adaptive_k else {}
     return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,

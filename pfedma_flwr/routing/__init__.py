@@ -1,5 +1,6 @@
 """Routing: per-client routing state (DESIGN §3.8) and the orchestrator (§3.12)."""
 
+from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator, parse_action
 from pfedma_flwr.routing.orchestrator import (
     ORCHESTRATORS,
     CandidateState,
@@ -22,14 +23,19 @@ __all__ = [
     "ORCHESTRATORS",
     "CandidateState",
     "HeuristicOrchestrator",
+    "LLMOrchestrator",
     "Orchestrator",
     "OrchestratorQuery",
     "RandomOrchestrator",
     "RoutingState",
     "RoutingTable",
     "Selection",
+    "parse_action",
     "quality_signal",
     "should_stop",
     "update_routing_state",
     "validate_selection",
 ]
+
+# The LLM policy lives in its own module (it imports the heuristic one as its fallback).
+ORCHESTRATORS.add("llm", LLMOrchestrator)

@@ -1,0 +1,299 @@
+"""The LLM orchestrator ``π_θ``: a chat model reads the routing state and emits an action.
+
+The prompt lists the candidates (id, profile domains, ``C`` per domain, ``S``, times asked,
+cost) and the collaboration state ``z``; the reply must be, after an optional
+``<think>…</think>``, exactly ``<select>id1,id2</select>`` (1 ≤ size ≤ K_max distinct candidate
+ids) or ``<stop/>``. :func:`parse_action` parses it strictly; a malformed reply (or a backend
+error) is counted as a format failure by reason code and that round falls back to the
+heuristic policy (DESIGN §3.12), so an untrained or broken policy never ends a query. The same
+prompt and parser serve the veRL training loop (:mod:`pfedma_flwr.training.agent_loop`), so the
+trained checkpoint sees at serving time exactly what it saw in training.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.routing.orchestrator import (
+    CandidateState,
+    HeuristicOrchestrator,
+    Orchestrator,
+    OrchestratorQuery,
+    Selection,
+    _check_k,
+)
+
+if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import would be circular
+    from pfedma_flwr.aggregation import CollabState
+
+logger = logging.getLogger(__name__)
+
+#: reason codes of :class:`FormatFailure` (also the keys of the orchestrator's counters)
+FAILURE_REASONS = (
+    "empty", "no_action", "multiple_actions", "extra_text", "empty_selection", "too_many",
+    "duplicate_id", "unknown_id", "backend_error",
+)
+
+SYSTEM_PROMPT = (
+    "You are the orchestrator of a federated team of expert agents. For the query below, "
+    "decide which agents answer in this collaboration round, or stop because the current "
+    "collaborative answer z is good enough. Prefer agents whose domains match the query and "
+    "whose capability C (for the query's domain) and reliability S are high; asking costs "
+    "tokens, so ask no more agents than needed.\n"
+    "Reply with an optional <think>short reasoning</think> followed by exactly one action:\n"
+    "  <select>ID1,ID2</select>  ask 1 to {k_max} distinct agents, ids from the list\n"
+    "  <stop/>                  stop and keep z as the final answer\n"
+    "Write nothing after the action."
+)
+
+_THINK = re.compile(r"\A\s*<think>.*?</think>", re.DOTALL)
+_ACTION = re.compile(r"<select>(?P<ids>.*?)</select>|<stop\s*/>", re.DOTALL)
+_OPENERS = re.compile(r"<select>|<stop\s*/>")
+
+
+@dataclass(frozen=True)
+class FormatFailure:
+    """A reply that is not a valid action: a reason code (:data:`FAILURE_REASONS`) and detail."""
+
+    reason: str
+    detail: str = ""
+
+
+def parse_action(text: str, candidates: Sequence[str], k_max: int) -> Selection | FormatFailure:
+    """Parse an orchestrator reply strictly into a :class:`Selection` or a :class:`FormatFailure`.
+
+    Grammar: ``[<think>…</think>] (<select>id(,id)*</select> | <stop/>)`` with whitespace
+    allowed around tags and ids and nothing else before or after. Ids must be distinct
+    members of ``candidates``, 1..``k_max`` of them.
+
+    Examples
+    --------
+    >>> parse_action("<select>a, b</select>", ["a", "b", "c"], 2)
+    Selection(clients=('a', 'b'), stop=False, reason='llm')
+    >>> parse_action("<select>a,a</select>", ["a"], 2).reason
+    'duplicate_id'
+    """
+    _check_k(k_max, "k_max")
+    if not isinstance(text, str) or not text.strip():
+        return FormatFailure("empty", "the reply is empty")
+    think = _THINK.match(text)
+    body = text[think.end():] if think else text
+    n_actions = len(_OPENERS.findall(body))
+    if n_actions == 0:
+        return FormatFailure("no_action", f"no <select> or <stop/> in {_excerpt(body)}")
+    if n_actions > 1:
+        return FormatFailure("multiple_actions", f"{n_actions} actions in {_excerpt(body)}")
+    m = _ACTION.search(body)
+    if m is None:  # an opener without its closing tag
+        return FormatFailure("no_action", f"unterminated action in {_excerpt(body)}")
+    outside = (body[:m.start()] + body[m.end():]).strip()
+    if outside:
+        return FormatFailure("extra_text", f"text outside the action: {_excerpt(outside)}")
+    if m.group("ids") is None:
+        return Selection.stop_now("llm")
+    ids = [s.strip() for s in m.group("ids").split(",")]
+    if not any(ids):
+        return FormatFailure("empty_selection", "<select> names no agent")
+    if "" in ids:
+        return FormatFailure("empty_selection", f"an empty id in {_excerpt(m.group('ids'))}")
+    if len(ids) > k_max:
+        return FormatFailure("too_many", f"{len(ids)} agents selected, at most {k_max}")
+    if len(set(ids)) != len(ids):
+        return FormatFailure("duplicate_id", f"repeated id in {ids}")
+    known = set(candidates)
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        return FormatFailure("unknown_id", f"not a candidate: {[_excerpt(u) for u in unknown]}")
+    return Selection(clients=tuple(ids), reason="llm")
+
+
+def _excerpt(s: str, n: int = 80) -> str:
+    return repr(s if len(s) <= n else s[:n] + "…")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def build_prompt(
+    query: OrchestratorQuery,
+    z: CollabState | None,
+    candidates: Sequence[CandidateState],
+    *,
+    round: int,
+    k_max: int,
+    costs: Mapping[str, float] | None = None,
+) -> list[dict[str, str]]:
+    """The chat prompt of one routing decision (system grammar + user state).
+
+    Each candidate line carries its id, public profile domains, ``C`` for the query's domain
+    and every other domain it has a value for, ``S``, times asked for the domain, whether it
+    was asked for this query, and its cost (``costs[id]``, ``?`` when unknown).
+    """
+    lines = [f"Query (domain {query.domain}, round {round}, at most {k_max} agents):",
+             query.text.strip(), ""]
+    if z is None or z.empty:
+        lines.append("Collaborative answer z: none yet")
+    else:
+        dissent = "; ".join(f"{a} ({_fmt(w)})" for a, w in z.dissent[:3]) or "none"
+        lines.append(f"Collaborative answer z: {z.answer!r} with support {_fmt(z.support)} "
+                     f"({z.n_agreeing} of {z.n_retained} retained answers agree) after round "
+                     f"{z.round}; dissent: {dissent}")
+    lines += ["", "Candidate agents:"]
+    for c in candidates:
+        st = c.state
+        caps = {query.domain: st.c(query.domain), **{d: v for d, v in st.capability.items()}}
+        cap = ", ".join(f"{d}={_fmt(v)}" for d, v in caps.items())
+        cost = costs.get(c.client_id) if costs else None
+        cost_s = "?" if cost is None or not math.isfinite(cost) else f"{cost:g}"
+        lines.append(
+            f"- id={c.client_id} domains=[{', '.join(c.domains) or 'unknown'}] C: {cap}; "
+            f"S={_fmt(st.reliability)}; asked={st.asked(query.domain)}; "
+            f"asked_this_query={'yes' if c.asked_for_this_query else 'no'}; cost={cost_s}"
+        )
+    return [{"role": "system", "content": SYSTEM_PROMPT.format(k_max=k_max)},
+            {"role": "user", "content": "\n".join(lines)}]
+
+
+class _Result(Protocol):
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+
+class ChatBackend(Protocol):
+    """Batch chat generation (implemented by ``pfedma_flwr.agents.backends``)."""
+
+    def generate(
+        self, prompts: list[list[dict[str, str]]], *, max_tokens: int, temperature: float,
+    ) -> Sequence[_Result]:
+        """One result per chat prompt, in order."""
+        ...
+
+
+class LLMOrchestrator:
+    """Routing by a chat LLM, with the heuristic policy as the per-round fallback.
+
+    Parameters
+    ----------
+    backend : ChatBackend
+        Any project backend (embedded llama.cpp, transformers, OpenAI-compatible such as a
+        vLLM server of the trained checkpoint); config ``routing.llm_backend``.
+    k_max : int
+        Default K_max when :meth:`select` gets none.
+    max_tokens, temperature : int, float
+        Generation budget and sampling temperature of one routing reply.
+    costs : Mapping[str, float], optional
+        Cost shown per candidate id (e.g. price per 1k tokens of its backbone); ``?`` if absent.
+    fallback : Orchestrator, optional
+        Policy used for a round whose reply is malformed; default a
+        :class:`HeuristicOrchestrator` built from the remaining arguments.
+    stop_support, exploration_c, use_capability, use_reliability, embedder, adaptive_k
+        Passed to the default heuristic fallback (see :class:`HeuristicOrchestrator`).
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: ChatBackend,
+        k_max: int,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        costs: Mapping[str, float] | None = None,
+        fallback: Orchestrator | None = None,
+        stop_support: float = 0.7,
+        exploration_c: float = 0.1,
+        use_capability: bool = True,
+        use_reliability: bool = True,
+        embedder: Embedder | None = None,
+        adaptive_k: bool = False,
+    ) -> None:
+        _check_k(k_max, "k_max")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"LLMOrchestrator max_tokens must be an integer >= 1, "
+                             f"got {max_tokens!r}")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"LLMOrchestrator temperature must be >= 0, got {temperature!r}")
+        if not callable(getattr(backend, "generate", None)):
+            raise ValueError(f"LLMOrchestrator backend {type(backend).__name__} has no generate()")
+        self.backend = backend
+        self.k_max = k_max
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.costs = dict(costs or {})
+        self.fallback: Orchestrator = fallback or HeuristicOrchestrator(
+            k_max=k_max, stop_support=stop_support, exploration_c=exploration_c,
+            use_capability=use_capability, use_reliability=use_reliability,
+            embedder=embedder, adaptive_k=adaptive_k)
+        self.decisions = 0
+        self.tokens = 0
+        self.failures: dict[str, int] = {}
+
+    @property
+    def format_failures(self) -> int:
+        """Replies that did not parse (backend errors included) so far."""
+        return sum(self.failures.values())
+
+    def select(
+        self,
+        query: OrchestratorQuery,
+        z: CollabState | None,
+        candidates: Sequence[CandidateState],
+        *,
+        round: int,
+        k_max: int | None = None,
+    ) -> Selection:
+        """See :class:`~pfedma_flwr.routing.orchestrator.Orchestrator`."""
+        k = _check_k(k_max, "k_max") or self.k_max
+        if round < 1:
+            raise ValueError(f"round must be >= 1, got {round}")
+        if not candidates:
+            return Selection.stop_now("no candidates")
+        self.decisions += 1
+        prompt = build_prompt(query, z, candidates, round=round, k_max=k, costs=self.costs)
+        results = self.backend.generate([prompt], max_tokens=self.max_tokens,
+                                        temperature=self.temperature)
+        self.tokens += sum(r.tokens for r in results)
+        if len(results) != 1 or not results[0].ok:
+            action: Selection | FormatFailure = FormatFailure(
+                "backend_error", f"{len(results)} results" if len(results) != 1
+                else str(getattr(results[0], "error", ""))[:120])
+        else:
+            action = parse_action(results[0].text, [c.client_id for c in candidates], k)
+        if isinstance(action, Selection):
+            return action
+        self.failures[action.reason] = self.failures.get(action.reason, 0) + 1
+        logger.warning("orchestrator format failure (%s) for %s round %d: %s; heuristic "
+                       "fallback", action.reason, query.query_id, round, action.detail)
+        sel = self.fallback.select(query, z, candidates, round=round, k_max=k)
+        return Selection(clients=sel.clients, stop=sel.stop,
+                         reason=f"fallback:{action.reason}")
+
+    def state(self) -> dict[str, Any]:
+        """Counters for the run's results: decisions, format failures by reason, their rate."""
+        return {
+            "decisions": self.decisions, "tokens": self.tokens,
+            "format_failures": self.format_failures,
+            "format_failure_rate": self.format_failures / self.decisions if self.decisions
+            else 0.0,
+            "format_failures_by_reason": dict(sorted(self.failures.items())),
+        }
+
+    def summary(self) -> None:
+        """Log the configuration and the format-failure counters."""
+        s = self.state()
+        logger.info("LLMOrchestrator: backend=%s, k_max=%d, max_tokens=%d, decisions=%d, "
+                    "format_failures=%d (%.1f%%) %s", type(self.backend).__name__, self.k_max,
+                    self.max_tokens, s["decisions"], s["format_failures"],
+                    100 * s["format_failure_rate"], s["format_failures_by_reason"])
