@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,6 +36,9 @@ if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import would b
 logger = logging.getLogger(__name__)
 
 #: reason codes of :class:`FormatFailure` (also the keys of the orchestrator's counters)
+#: queries whose earlier routing turns are kept (a query's turns are dropped at its STOP)
+MAX_CONVERSATIONS = 4096
+
 FAILURE_REASONS = (
     "empty", "no_action", "multiple_actions", "extra_text", "empty_selection", "too_many",
     "duplicate_id", "unknown_id", "backend_error",
@@ -199,6 +203,10 @@ class LLMOrchestrator:
     fallback : Orchestrator, optional
         Policy used for a round whose reply is malformed; default a
         :class:`HeuristicOrchestrator` built from the remaining arguments.
+    history : bool
+        Round ``t > 1`` sees the query's earlier prompts and replies as a chat (system, user_1,
+        assistant_1, …, user_t): the conversation the veRL agent loop trains on. False sends
+        each round alone.
     stop_support, exploration_c, use_capability, use_reliability, embedder, adaptive_k
         Passed to the default heuristic fallback (see :class:`HeuristicOrchestrator`).
     """
@@ -212,6 +220,7 @@ class LLMOrchestrator:
         temperature: float = 0.0,
         costs: Mapping[str, float] | None = None,
         fallback: Orchestrator | None = None,
+        history: bool = True,
         stop_support: float = 0.7,
         exploration_c: float = 0.1,
         use_capability: bool = True,
@@ -236,6 +245,8 @@ class LLMOrchestrator:
             k_max=k_max, stop_support=stop_support, exploration_c=exploration_c,
             use_capability=use_capability, use_reliability=use_reliability,
             embedder=embedder, adaptive_k=adaptive_k)
+        self.history = history
+        self._turns: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
         self.decisions = 0
         self.tokens = 0
         self.failures: dict[str, int] = {}
@@ -261,7 +272,9 @@ class LLMOrchestrator:
         if not candidates:
             return Selection.stop_now("no candidates")
         self.decisions += 1
-        prompt = build_prompt(query, z, candidates, round=round, k_max=k, costs=self.costs)
+        system, user = build_prompt(query, z, candidates, round=round, k_max=k, costs=self.costs)
+        earlier = self._turns.pop(query.query_id, []) if round > 1 and self.history else []
+        prompt = [system, *earlier, user]
         results = self.backend.generate([prompt], max_tokens=self.max_tokens,
                                         temperature=self.temperature)
         self.tokens += sum(r.tokens for r in results)
@@ -271,6 +284,10 @@ class LLMOrchestrator:
                 else str(getattr(results[0], "error", ""))[:120])
         else:
             action = parse_action(results[0].text, [c.client_id for c in candidates], k)
+            stopped = isinstance(action, Selection) and action.stop
+            if self.history and not stopped:
+                self._remember(query.query_id,
+                               [*earlier, user, {"role": "assistant", "content": results[0].text}])
         if isinstance(action, Selection):
             return action
         self.failures[action.reason] = self.failures.get(action.reason, 0) + 1
@@ -279,6 +296,15 @@ class LLMOrchestrator:
         sel = self.fallback.select(query, z, candidates, round=round, k_max=k)
         return Selection(clients=sel.clients, stop=sel.stop,
                          reason=f"fallback:{action.reason}")
+
+    def conversation(self, query_id: str) -> list[dict[str, str]]:
+        """The user/assistant turns kept for ``query_id`` (empty when none)."""
+        return list(self._turns.get(query_id, []))
+
+    def _remember(self, query_id: str, turns: list[dict[str, str]]) -> None:
+        self._turns[query_id] = turns
+        while len(self._turns) > MAX_CONVERSATIONS:  # queries ended by T_max never STOP
+            self._turns.popitem(last=False)
 
     def state(self) -> dict[str, Any]:
         """Counters for the run's results: decisions, format failures by reason, their rate."""

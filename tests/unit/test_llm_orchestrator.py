@@ -202,3 +202,26 @@ def test_registered_and_built_from_config():
     assert isinstance(o, LLMOrchestrator)
     assert o.max_tokens == 77 and o.k_max == 3
     assert isinstance(o.backend, MockBackend)
+
+
+def test_later_rounds_see_the_query_conversation():
+    o, backend = make(["<select>a</select>", "<select>b</select>", "<stop/>"])
+    o.select(Q, None, cands(), round=1)
+    z = CollabState(answer="4", canonical="4", support=1.0, round=1, n_agreeing=1,
+                    n_retained=1)
+    o.select(Q, z, cands(), round=2)
+    system, user1 = build_prompt(Q, None, cands(), round=1, k_max=2)
+    _, user2 = build_prompt(Q, z, cands(), round=2, k_max=2)
+    assert backend.prompts[1] == [system, user1,
+                                  {"role": "assistant", "content": "<select>a</select>"}, user2]
+    assert len(o.conversation("q1")) == 4
+    # STOP ends the query's conversation; a new round 1 starts from scratch
+    o.select(Q, z, cands(), round=3)
+    assert o.conversation("q1") == []
+
+
+def test_history_off_sends_each_round_alone():
+    o, backend = make(["<select>a</select>", "<select>b</select>"], history=False)
+    o.select(Q, None, cands(), round=1)
+    o.select(Q, None, cands(), round=2)
+    assert len(backend.prompts[1]) == 2
