@@ -1,4 +1,9 @@
-"""Privacy rules: the client's local repository and the server's global repository (DESIGN §3–4)."""
+"""Privacy rules: the client's local repository and the server's global repository (DESIGN §3–4).
+
+The client's private rule store (:mod:`pfedma_flwr.rules.local_repo`) is not re-exported here:
+server code imports this package's modules, and loading it must not load the client's store
+(``tests/unit/test_import_contracts.py``). Client code imports ``rules.local_repo`` directly.
+"""
 
 from pfedma_flwr.rules.enforcement import (
     EnforcementResult,
@@ -10,13 +15,6 @@ from pfedma_flwr.rules.enforcement import (
 )
 from pfedma_flwr.rules.generalize import canonical_text, generalize, rule_from_uncovered
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository, resolve
-from pfedma_flwr.rules.local_repo import (
-    AdaptReport,
-    LocalRuleRepository,
-    RuleMode,
-    local_utility,
-    relevance,
-)
 from pfedma_flwr.rules.model import PrivacyRule, find_spans
 from pfedma_flwr.rules.pii import (
     PiiRecognizer,
@@ -35,17 +33,14 @@ from pfedma_flwr.rules.promotion import (
 from pfedma_flwr.rules.safety import MatchBudget, UnsafePatternError, check_pattern
 
 __all__ = [
-    "AdaptReport",
     "CandidatePool",
     "EnforcementResult",
     "GlobalRuleRepository",
-    "LocalRuleRepository",
     "MatchBudget",
     "PiiRecognizer",
     "PresidioPiiRecognizer",
     "PrivacyRule",
     "RegexPiiRecognizer",
-    "RuleMode",
     "RuleOutcome",
     "Uncovered",
     "UnsafePatternError",
@@ -59,9 +54,7 @@ __all__ = [
     "find_uncovered",
     "generalize",
     "get_recognizer",
-    "local_utility",
     "promote",
-    "relevance",
     "resolve",
     "rule_from_uncovered",
     "support_proportions",
