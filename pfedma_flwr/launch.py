@@ -7,6 +7,10 @@ its own in-memory SuperLink on dedicated ports with the right environment, submi
 streams its log, checks the run status and the result files, and stops the SuperLink again.
 A run Flower calls completed still fails here when its ``summary.json`` says otherwise
 (``failed:generation``: most agent answers failed, e.g. a dead model endpoint): exit code 2.
+While the run goes it prints one line per finished query and Flower round
+(:class:`pfedma_flwr.progress.LiveProgress`, read from the run's JSONL files), feeds the round
+records to an optional tracker (``--tracking``), and passes ``--log-level`` to every process of
+the run (``PFEDMA_LOG_LEVEL``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -26,18 +29,22 @@ from typing import Any
 import httpx
 
 from pfedma_flwr.persistence import private_dir
+from pfedma_flwr.progress import ANSI, LOG_LEVEL_ENV, LOG_LEVELS, LiveProgress, plain_log_line
 from pfedma_flwr.resources import app_dir
 from pfedma_flwr.resources import data_dir as default_data_dir
 
 # the clone's root, or the installed package's minimal app dir (pfedma_flwr/resources.py)
 APP_DIR = app_dir()
 # colour and cursor sequences of Flower's and rich's terminal output; run.log is plain text
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+_ANSI = ANSI
 DEFAULT_PORT = 39291
 
 
-def _env(flwr_home: Path, port: int) -> dict[str, str]:
+def _env(flwr_home: Path, port: int, log_level: str | None = None) -> dict[str, str]:
     env = os.environ.copy()
+    # The SuperLink's children (ServerApp, simulation, Ray workers) inherit it:
+    # progress.configure_logging reads it in each of them.
+    env[LOG_LEVEL_ENV] = (log_level or env.get(LOG_LEVEL_ENV) or "INFO").upper()
     env.update(
         FLWR_HOME=str(flwr_home),
         FLWR_TELEMETRY_ENABLED="0",
@@ -147,34 +154,63 @@ def cpus_per_client_for(config: str, overrides: str = "", cpu_count: int | None 
     return float(max(1, min(backend.n_threads or cores, cores)))
 
 
+def expected_queries(config: str, overrides: str = "") -> int:
+    """Queries the run is set to answer (benchmarks x queries per benchmark), for progress."""
+    from pfedma_flwr.config import load_config
+
+    cfg = load_config({"config-name": config, "overrides": overrides})
+    return int(cfg.data.queries_per_benchmark) * len(cfg.data.benchmarks)
+
+
+def with_launcher_overrides(overrides: str) -> str:
+    """``overrides`` plus ``output.progress=false`` unless the user set ``output.progress``.
+
+    The ServerApp's rich bar reaches the streamed log only at the end (Flower relays its
+    output in chunks); the launcher prints live progress lines instead.
+    """
+    if "output.progress" in overrides:
+        return overrides
+    return f"{overrides} output.progress=false".strip()
+
+
 def run(
     *, config: str, num_clients: int, output_dir: Path, overrides: str = "",
     data_dir: str = "", port: int = DEFAULT_PORT, cpus_per_client: float | None = None,
-    timeout: float = 3600.0, resume: bool = False,
+    timeout: float = 3600.0, resume: bool = False, log_level: str | None = None,
+    progress: bool = True, tracking: str = "none", tracking_dir: str = "",
 ) -> int:
     """Run one simulation; return 0 only if Flower reports success and the results exist.
 
     ``cpus_per_client=None`` derives it from the configuration (:func:`cpus_per_client_for`).
+    ``progress`` prints a line per finished query and round; ``tracking`` names the
+    experiment tracker fed with the round records (:mod:`pfedma_flwr.tracking`; ``none``:
+    off), writing under ``tracking_dir`` (default ``<output-dir>/tracking``).
     """
-    if cpus_per_client is None:
-        from pfedma_flwr.config import ConfigError
+    from pfedma_flwr import tracking as trk
+    from pfedma_flwr.config import ConfigError
 
-        try:
+    try:
+        if cpus_per_client is None:
             cpus_per_client = cpus_per_client_for(config, overrides)
-        except ConfigError as e:  # fail before any SuperLink starts
-            sys.stderr.write(f"[pfedma] {e}\n")
-            return 1
+        total = expected_queries(config, overrides)
+        if log_level is not None and log_level.upper() not in LOG_LEVELS:
+            raise ConfigError(f"--log-level {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+        tracker = trk.make_tracker(tracking, Path(tracking_dir or output_dir / "tracking"))
+    except (ConfigError, trk.TrackingError) as e:  # fail before any SuperLink starts
+        sys.stderr.write(f"[pfedma] {e}\n")
+        return 1
     output_dir = output_dir.resolve()
     if not output_dir.is_dir():  # results are private (answers, claims); an existing dir is kept
         private_dir(output_dir)
     # The app bundle carries no data files: point the run at the repository's data/ by default.
     data_dir = str(Path(data_dir).resolve()) if data_dir else str(default_data_dir())
     flwr_home = output_dir / ".flwr"
-    env = _env(flwr_home, port)
+    env = _env(flwr_home, port, log_level)
     link = start_superlink(flwr_home, port, output_dir / "superlink")
     try:
         run_cfg = run_config_text(config=config, output_dir=output_dir, data_dir=data_dir,
-                                  overrides=overrides, resume=resume)
+                                  overrides=with_launcher_overrides(overrides) if progress
+                                  else overrides, resume=resume)
         # Flower wants an integer CPU count when the value is integral ("1", not "1.0").
         cpus = int(cpus_per_client) if float(cpus_per_client).is_integer() else cpus_per_client
         fed_cfg = f"num-supernodes={num_clients} client-resources-num-cpus={cpus}"
@@ -187,7 +223,13 @@ def run(
                 f"flwr run failed (rc={sub.returncode}):\n{sub.stdout}\n{sub.stderr}\n")
             return 1
         print(f"[pfedma] submitted run {run_id}; results -> {output_dir}", flush=True)
-        status = _follow(run_id, env, output_dir / "run.log", timeout)
+        live = LiveProgress(output_dir=output_dir, total=total,
+                            emit=_print if progress else _discard,
+                            on_round=tracker.round if tracker is not None else None)
+        if resume:
+            live.skip_existing()
+        with live:
+            status = _follow(run_id, env, output_dir / "run.log", timeout)
         summary = output_dir / "summary.json"
         if status != "finished:completed":
             # The why (a node's dead endpoint, a config error) is in the log: repeat it here.
@@ -206,6 +248,17 @@ def run(
         return 0
     finally:
         stop_superlink(link)
+        if tracker is not None:
+            tracker.close()
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _discard(line: str) -> None:
+    pass
 
 
 def summary_problem(path: Path) -> str:
@@ -274,7 +327,7 @@ def _follow(run_id: int, env: dict[str, str], log_path: Path, timeout: float) ->
             for line in proc.stdout:
                 sys.stdout.write(line)
                 sys.stdout.flush()
-                log.write(_ANSI.sub("", line))
+                log.write(plain_log_line(line))
                 if time.monotonic() > deadline:
                     break
         finally:
@@ -310,6 +363,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="continue from <output-dir>/checkpoint.json (last completed round)")
     r.add_argument("--timeout", type=float, default=3600.0,
                    help="seconds before the run is stopped")
+    r.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=None,
+                   help=f"level of the project's and Flower's loggers in every process of the "
+                        f"run (default: ${LOG_LEVEL_ENV}, else INFO)")
+    r.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no per-query/per-round progress lines (the ServerApp's own bar, "
+                        "output.progress, is left as configured)")
+    r.add_argument("--tracking", default="none", choices=("none", "tensorboard", "mlflow"),
+                   help="experiment tracker fed with each round's metrics (default none)")
+    r.add_argument("--tracking-dir", default="",
+                   help="tracker output (default <output-dir>/tracking; mlflow: a tracking URI "
+                        "or dir)")
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "experiment":
         from pfedma_flwr.experiments.__main__ import main as experiment_main
@@ -317,8 +381,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(experiment_main(args[1:]) or 0)
     sub.add_parser("experiment", help="run a paper experiment preset (see docs/experiments.md)")
     a = p.parse_args(argv)
+    if a.log_level:
+        from pfedma_flwr.progress import configure_logging
+
+        configure_logging(a.log_level)
     return run(
         config=a.config, num_clients=a.num_clients, output_dir=Path(a.output_dir),
         overrides=" ".join(shlex.quote(o) for o in a.overrides), data_dir=a.data_dir,
         port=a.port, cpus_per_client=a.cpus_per_client, timeout=a.timeout, resume=a.resume,
+        log_level=a.log_level, progress=a.progress, tracking=a.tracking,
+        tracking_dir=a.tracking_dir,
     )

@@ -1,11 +1,36 @@
-"""A ``rich`` progress line for the ServerApp (queries finished, accuracy so far, round)."""
+"""Progress and logs of a run: the ServerApp's ``rich`` bar and the launcher's live lines.
+
+The ServerApp's bar (:class:`RoundProgress`) is drawn inside a process whose output Flower
+relays only in chunks, so the launcher shows its own progress instead (:class:`LiveProgress`):
+it tails the run's ``rounds.jsonl`` and ``queries.jsonl`` while the run goes and prints one
+line per finished query and per finished Flower round, with the running accuracy.
+:func:`configure_logging` applies ``--log-level`` (``PFEDMA_LOG_LEVEL``) to the project's
+loggers in whichever process reads it (launcher, ServerApp, ClientApps).
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+#: the environment variable carrying ``--log-level`` from the launcher into the app processes
+LOG_LEVEL_ENV = "PFEDMA_LOG_LEVEL"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: the project's logger roots (``logging.getLogger(__name__)`` in these packages)
+PROJECT_LOGGERS = ("pfedma_flwr", "client_apps", "strategies")
+# colour, cursor and hyperlink sequences of Flower's and rich's terminal output
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
 class RoundProgress:
@@ -49,3 +74,246 @@ class RoundProgress:
                 f"round {server_round} acc {self.correct}/{self.done} "
                 f"filtered {int(m.get('anomaly/num_filtered', 0))} "
                 f"rules {int(m.get('rules/num_global', 0))}"))
+
+
+def plain_log_line(line: str) -> str:
+    """``line`` as ``run.log`` keeps it: no ANSI codes, only what follows its last CR.
+
+    A progress bar redraws itself with carriage returns; a terminal shows the text after the
+    last one, and so does the log.
+    """
+    text = ANSI.sub("", line)
+    end = "\n" if text.endswith("\n") else ""
+    body = text[: len(text) - len(end)]
+    if "\r" in body:
+        body = body.rsplit("\r", 1)[1]
+    return body + end
+
+
+def parse_log_level(value: str | None, *, where: str = LOG_LEVEL_ENV) -> int:
+    """A :data:`LOG_LEVELS` name (any case; empty or ``None``: INFO) as a ``logging`` level.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` names no level; the message names ``where`` it came from.
+    """
+    name = (value or "INFO").strip().upper()
+    if name not in LOG_LEVELS:
+        raise ValueError(f"{where}: log level {value!r} is not one of {', '.join(LOG_LEVELS)}")
+    return int(getattr(logging, name))
+
+
+def configure_logging(level: str | int | None = None) -> int:
+    """Set the project's loggers and Flower's console handler to ``level``; return it.
+
+    ``None`` reads :data:`LOG_LEVEL_ENV` (the launcher sets it for every process of the run);
+    a bad value there falls back to INFO with a warning rather than failing a node. Where the
+    root logger has no handler (the app processes), the project's loggers get one stderr
+    handler (once): without it their INFO lines went to Python's last-resort handler, which
+    drops everything below WARNING.
+    """
+    if isinstance(level, int):
+        lvl = level
+    else:
+        try:
+            lvl = parse_log_level(level if level is not None else os.environ.get(LOG_LEVEL_ENV))
+        except ValueError as e:
+            lvl = logging.INFO
+            logging.getLogger(__name__).warning("%s; using INFO", e)
+    for name in PROJECT_LOGGERS:
+        lg = logging.getLogger(name)
+        lg.setLevel(lvl)
+        if not logging.getLogger().handlers and not any(
+                getattr(h, "_pfedma", False) for h in lg.handlers):
+            h = logging.StreamHandler(sys.stderr)
+            h.setFormatter(logging.Formatter("%(levelname)-8s: %(name)s: %(message)s"))
+            h._pfedma = True  # type: ignore[attr-defined]  # marks our handler: added once
+            lg.addHandler(h)
+    try:
+        from flwr.common.logger import update_console_handler
+
+        update_console_handler(level=lvl)
+    except ImportError:  # Flower is a dependency; a bare analysis environment may lack it
+        pass
+    return lvl
+
+
+class JsonlTail:
+    """The complete lines appended to a JSONL file since the last :meth:`read`.
+
+    A line still being written (no newline yet) waits for the next read; a line that does not
+    decode is skipped (the run's own readers report it); a file that shrank (an
+    ``--overwrite`` or a resume trimming it) is read again from its start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        """The new complete records (JSON objects only)."""
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self.offset:
+                    self.offset = 0
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for raw in data[:end].split(b"\n"):
+            try:
+                rec = json.loads(raw.decode("utf-8"))
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+
+def _n(v: Any) -> int:
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0
+
+
+def _short(v: Any, limit: int = 40) -> str:
+    s = " ".join(str(v).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _acc(correct: int, done: int) -> str:
+    return f"acc {correct}/{done} ({100 * correct / done:.1f} %)" if done else "acc -"
+
+
+@dataclass
+class RunningAccuracy:
+    """Queries finished and answered correctly so far, overall and per benchmark."""
+
+    total: int | None = None
+    done: int = 0
+    correct: int = 0
+    by_benchmark: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, rec: Mapping[str, Any]) -> None:
+        ok = rec.get("correct") is True
+        self.done += 1
+        self.correct += ok
+        b = self.by_benchmark.setdefault(str(rec.get("benchmark", "?")), [0, 0])
+        b[0] += ok
+        b[1] += 1
+
+
+def query_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
+    """One finished query (after ``acc.add(rec)``), e.g.
+
+    ``[pfedma] query 3/6 gsm8k/q2: correct, answer '42' (gold '42'), 2 rounds, t_max | acc 2/3
+    (66.7 %)``.
+    """
+    of = f"/{acc.total}" if acc.total else ""
+    verdict = "correct" if rec.get("correct") is True else "wrong"
+    return (f"[pfedma] query {acc.done}{of} {_short(rec.get('benchmark', '?'), 20)}/"
+            f"{_short(rec.get('query_id', '?'), 30)}: {verdict}, answer "
+            f"{_short(rec.get('answer', ''))!r} (gold {_short(rec.get('gold', ''))!r}), "
+            f"{_n(rec.get('rounds'))} rounds, {_short(rec.get('stop_reason', '?'), 30)} | "
+            f"{_acc(acc.correct, acc.done)}")
+
+
+def round_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
+    """One finished Flower round, e.g.
+
+    ``[pfedma] round 2: 4 queries, 6 retained / 2 filtered, 1 failed, 900 tokens, 6 backend
+    calls, 3 global rules | 2/6 queries done, acc 2/2 (100.0 %)``.
+    """
+    m = rec.get("metrics")
+    m = m if isinstance(m, Mapping) else {}
+    failures = rec.get("failures")
+    failed = len(failures) if isinstance(failures, Mapping) else 0
+    of = f"/{acc.total}" if acc.total else ""
+    per_bench = ", ".join(f"{b} {c}/{d}" for b, (c, d) in sorted(acc.by_benchmark.items()))
+    return (f"[pfedma] round {_n(rec.get('round'))}: {_n(m.get('select/num_queries'))} queries, "
+            f"{_n(m.get('anomaly/num_retained'))} retained / "
+            f"{_n(m.get('anomaly/num_filtered'))} filtered, {failed} failed, "
+            f"{_n(m.get('cost/tokens'))} tokens, {_n(m.get('cost/backend_calls'))} backend calls, "
+            f"{_n(m.get('rules/num_global'))} global rules | {acc.done}{of} queries done, "
+            f"{_acc(acc.correct, acc.done)}" + (f" ({per_bench})" if per_bench else ""))
+
+
+class LiveProgress:
+    """Prints a run's progress from its result files while it goes (a background thread).
+
+    Parameters
+    ----------
+    output_dir
+        The run's output dir (``rounds.jsonl``, ``queries.jsonl`` appear there).
+    total
+        Queries the run will answer, if known (shown as ``k/total``).
+    emit
+        Where each line goes (default: stdout, flushed).
+    on_round
+        Called with every round record as it arrives and the running accuracy after it (the
+        tracking hook); one that raises is reported once and dropped.
+    interval
+        Seconds between polls.
+    """
+
+    def __init__(self, *, output_dir: Path, total: int | None = None,
+                 emit: Callable[[str], None] | None = None,
+                 on_round: Callable[[Mapping[str, Any], RunningAccuracy], None] | None = None,
+                 interval: float = 1.0) -> None:
+        if interval <= 0:
+            raise ValueError(f"LiveProgress: interval must be > 0, got {interval}")
+        self.rounds = JsonlTail(Path(output_dir) / "rounds.jsonl")
+        self.queries = JsonlTail(Path(output_dir) / "queries.jsonl")
+        self.acc = RunningAccuracy(total=total)
+        self.emit = emit or _print
+        self.on_round = on_round
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def skip_existing(self) -> None:
+        """Count what is already on disk (a resumed run) without printing it."""
+        for rec in self.queries.read():
+            self.acc.add(rec)
+        self.rounds.read()
+
+    def poll(self) -> None:
+        """Print the queries and rounds finished since the last poll."""
+        for rec in self.queries.read():
+            self.acc.add(rec)
+            self.emit(query_line(rec, self.acc))
+        for rec in self.rounds.read():
+            self.emit(round_line(rec, self.acc))
+            if self.on_round is not None:
+                try:
+                    self.on_round(rec, self.acc)
+                except Exception as e:  # noqa: BLE001  (tracking must not stop the run)
+                    self.emit(f"[pfedma] tracking hook failed: {type(e).__name__}: {e}")
+                    self.on_round = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def __enter__(self) -> LiveProgress:
+        self._thread = threading.Thread(target=self._loop, name="pfedma-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.poll()  # what the last round wrote after the thread's last look
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
