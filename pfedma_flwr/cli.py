@@ -78,13 +78,23 @@ def _report(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="pfedma report",
                                 description="(re)write report.md and its plots for a run dir")
     p.add_argument("run_dir", help="a run's output dir (holds summary.json)")
+    p.add_argument("--tracking", default="none", choices=("none", "tensorboard", "mlflow"),
+                   help="also write the run's round records to this tracker (default none)")
+    p.add_argument("--tracking-dir", default="",
+                   help="tracker output (default <run_dir>/tracking; mlflow: a URI or dir)")
     a = p.parse_args(argv)
+    from pfedma_flwr import tracking as trk
+
     try:
+        tracker = trk.make_tracker(a.tracking, Path(a.tracking_dir or Path(a.run_dir) /
+                                                    "tracking"))
         path = rep.write_report(a.run_dir)
-    except NotADirectoryError as e:
+    except (NotADirectoryError, trk.TrackingError) as e:
         sys.stderr.write(f"[pfedma] {e}\n")
         return 1
     print(path)
+    if tracker is not None:
+        print(f"[pfedma] {trk.replay(a.run_dir, tracker)} rounds -> {tracker.target}")
     return 0
 
 

@@ -1,41 +1,46 @@
-"""A report for every run dir: ``report.md``, two PNG plots and ``run_info.json`` (provenance).
+"""A report for every run dir: ``report.md``, its PNG plots and ``run_info.json`` (provenance).
 
 Written at the end of each run (by the ServerApp and again by ``pfedma run``, which knows the
 command line and the exit code) and on demand by ``pfedma report DIR``. Everything here reads
 the run's own files (``summary.json``, ``rounds.jsonl``, ``queries.jsonl``); a file that is
-missing or damaged leaves its section out with a note, it never stops the report.
+missing or damaged leaves its section out with a note, it never stops the report. The tables
+behind the plots are pure functions here; :mod:`pfedma_flwr.report_plots` draws them, and
+:func:`load_run` gives them as pandas frames.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import subprocess
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr import __version__
-from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, file_sha256
 from pfedma_flwr.persistence import read_jsonl_lines
-from pfedma_flwr.resources import PACKAGE_DIR, is_source_tree
-from pfedma_flwr.results import write_json_atomic, write_text_atomic
+from pfedma_flwr.provenance import (  # noqa: F401  (re-exported: cli, server_app, tests use them)
+    RUN_INFO,
+    VERSIONED,
+    base_run_info,
+    git_commit,
+    model_info,
+    now,
+    package_versions,
+    update_run_info,
+)
+from pfedma_flwr.results import write_text_atomic
 
-RUN_INFO = "run_info.json"
 REPORT = "report.md"
 ACCURACY_PNG = "accuracy.png"
+ACCURACY_ROUNDS_PNG = "accuracy_rounds.png"
 ROUNDS_PNG = "rounds.png"
+SELECTION_PNG = "selection.png"
+CAPABILITY_PNG = "capability.png"
+RULES_PNG = "rules.png"
+PLOTS = (ACCURACY_PNG, ACCURACY_ROUNDS_PNG, ROUNDS_PNG, SELECTION_PNG, CAPABILITY_PNG, RULES_PNG)
 #: every file a run leaves in its output dir (``pfedma run --overwrite`` removes exactly these)
 RUN_FILES = ("summary.json", "rounds.jsonl", "queries.jsonl", "checkpoint.json", "config.yaml",
-             "run.log", RUN_INFO, REPORT, ACCURACY_PNG, ROUNDS_PNG)
-#: distributions whose versions decide what a run computes
-VERSIONED = ("pfedma-flwr", "flwr", "torch", "transformers", "sentence-transformers",
-             "llama_cpp_python", "openai", "numpy", "presidio-analyzer")
+             "run.log", RUN_INFO, REPORT, *PLOTS)
+
 
 
 @dataclass(frozen=True)
@@ -95,17 +100,111 @@ def load_run_dir(path: Path | str) -> RunDir:
     return RunDir(p, summary, rounds, queries, info, problems)
 
 
-def load_frames(path: Path | str) -> dict[str, Any]:
-    """The run dir as pandas frames: ``queries`` (one row per query), ``rounds`` (per round).
+def load_run(path: Path | str) -> dict[str, Any]:
+    """The run dir as pandas frames, by name.
 
-    Needs pandas (``pip install 'pfedma-flwr[report]'``).
+    ``queries`` (one row per finished query, ``queries.jsonl``), ``rounds``
+    (:func:`round_table`), ``accuracy`` (:func:`accuracy_by_round`, per benchmark as
+    ``acc/<benchmark>`` columns), ``selections`` (:func:`selection_table`), ``capability``
+    (:func:`capability_table`), ``rules`` (:func:`rule_coverage`). Needs pandas
+    (``pip install 'pfedma-flwr[report]'``).
     """
     try:
         import pandas as pd
     except ImportError as e:
-        raise ImportError("load_frames needs pandas: pip install 'pfedma-flwr[report]'") from e
+        raise ImportError("load_run needs pandas: pip install 'pfedma-flwr[report]'") from e
     run = load_run_dir(path)
-    return {"queries": pd.DataFrame(run.queries), "rounds": pd.DataFrame(round_table(run.rounds))}
+    acc = [{"round": a.round, "done": a.done, "correct": a.correct,
+            "accuracy": a.correct / a.done if a.done else None,
+            **{f"acc/{b}": c / d for b, (c, d) in sorted(a.by_benchmark.items())}}
+           for a in accuracy_by_round(run)]
+    return {"queries": pd.DataFrame(run.queries), "rounds": pd.DataFrame(round_table(run.rounds)),
+            "accuracy": pd.DataFrame(acc), "selections": pd.DataFrame(selection_table(run.rounds)),
+            "capability": pd.DataFrame(capability_table(run.summary)),
+            "rules": pd.DataFrame(rule_coverage(run.rounds))}
+
+
+#: the earlier name of :func:`load_run` (``queries`` and ``rounds`` are the same frames)
+load_frames = load_run
+
+
+@dataclass(frozen=True)
+class RoundAccuracy:
+    """Queries finished by the end of Flower round ``round`` and how many were correct."""
+
+    round: int
+    done: int
+    correct: int
+    by_benchmark: dict[str, list[int]]  # benchmark -> [correct, done]
+
+
+def accuracy_by_round(run: RunDir) -> list[RoundAccuracy]:
+    """Cumulative accuracy after each Flower round (overall and per benchmark).
+
+    A query finished in the last round its id appears in (``rounds.jsonl``); one in no round
+    (ended after the last one, or never started) counts from the last round on.
+    """
+    nums = sorted({int(_num(r.get("round"))) for r in run.rounds})
+    if not nums:
+        return []
+    last_seen: dict[str, int] = {}
+    for r in run.rounds:
+        for q in r.get("queries") or []:
+            if isinstance(q, dict):
+                last_seen[str(q.get("query_id"))] = int(_num(r.get("round")))
+    out = []
+    for n in nums:
+        done = correct = 0
+        by_b: dict[str, list[int]] = {}
+        for q in run.queries:
+            if last_seen.get(str(q.get("query_id")), nums[-1]) > n:
+                continue
+            ok = q.get("correct") is True
+            done, correct = done + 1, correct + ok
+            b = by_b.setdefault(str(q.get("benchmark", "?")), [0, 0])
+            b[0], b[1] = b[0] + ok, b[1] + 1
+        out.append(RoundAccuracy(n, done, correct, by_b))
+    return out
+
+
+def selection_table(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (round, query, selected client): the client's anomaly score and retention."""
+    rows = []
+    for r in rounds:
+        for q in r.get("queries") or []:
+            if not isinstance(q, dict):
+                continue
+            anomaly = _obj(q.get("anomaly"))
+            for c in q.get("selected") or []:
+                a = _obj(anomaly.get(c))
+                rows.append({"round": int(_num(r.get("round"))), "query_id": q.get("query_id"),
+                             "t": int(_num(q.get("t"))), "client": str(c),
+                             "A": a.get("A"), "retained": a.get("retained")})
+    return rows
+
+
+def capability_table(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per client of the final routing state: ``S`` and ``C <domain>`` per domain."""
+    clients = _obj(_obj(summary.get("routing")).get("clients"))
+    domains = sorted({d for c in clients.values() for d in _obj(_obj(c).get("capability"))})
+    return [{"client": k, "S": _obj(c).get("reliability"),
+             **{f"C {d}": _obj(_obj(c).get("capability")).get(d) for d in domains}}
+            for k, c in sorted(clients.items())]
+
+
+def rule_coverage(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per Flower round: global rules, active ones and promotions (rule coverage vs round)."""
+    rows = []
+    for r in rounds:
+        ru = _obj(r.get("rules"))
+        h = _obj(ru.get("h_scores"))
+        rows.append({
+            "round": int(_num(r.get("round"))),
+            "global": int(_num(_obj(r.get("metrics")).get("rules/num_global"))) or len(h),
+            "active": sum(1 for v in h.values() if isinstance(v, list) and len(v) > 2 and v[2]),
+            "promoted": int(_num(ru.get("promoted"))),
+        })
+    return rows
 
 
 def _num(v: Any) -> float:
@@ -210,67 +309,21 @@ def render_markdown(run: RunDir, plots: Sequence[str] = ()) -> str:
     if table:
         head = list(table[0])
         lines += ["## Flower rounds", ""] + _table(head, [[r[h] for h in head] for r in table])
+        benches = sorted({b for a in accuracy_by_round(run) for b in a.by_benchmark})
+        lines += ["Accuracy of the queries finished by the end of each round, and global rules "
+                  "(rule coverage):", ""]
+        cov = {c["round"]: c for c in rule_coverage(run.rounds)}
+        lines += _table(["round", "finished", "accuracy", *benches, "global rules", "active"], [
+            (a.round, a.done, _pct(a.correct / a.done if a.done else None),
+             *(_pct(a.by_benchmark[b][0] / a.by_benchmark[b][1]) if b in a.by_benchmark
+               else "-" for b in benches), cov[a.round]["global"], cov[a.round]["active"])
+            for a in accuracy_by_round(run)])
     lines += [f"![{Path(p).stem}]({p})" for p in plots] + ([""] if plots else [])
     if info:
         lines += ["## Provenance", ""] + _table(["", ""], [
             (k, json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v)
             for k, v in sorted(info.items())])
     return "\n".join(lines).rstrip() + "\n"
-
-
-def write_plots(run: RunDir, out: Path) -> list[str]:
-    """``accuracy.png`` (per benchmark) and ``rounds.png`` (answers and tokens per round).
-
-    Returns the file names written (a plot without data is skipped).
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; no display on servers
-    import matplotlib.pyplot as plt
-
-    written = []
-    acc = {k: v for k, v in _obj(run.summary.get("accuracy_by_benchmark")).items()
-           if isinstance(v, int | float)}
-    if acc:
-        fig, ax = plt.subplots(figsize=(max(3.0, 1.2 * len(acc) + 1.5), 3.2))
-        names = sorted(acc)
-        bars = ax.bar(names, [100 * acc[n] for n in names], color="#4c72b0")
-        ax.bar_label(bars, fmt="%.1f")  # a 0 % bar is otherwise invisible
-        ax.set_ylim(0, 100)
-        ax.set_ylabel("accuracy (%)")
-        ax.set_title("accuracy per benchmark")
-        fig.tight_layout()
-        _save(fig, out / ACCURACY_PNG)
-        plt.close(fig)
-        written.append(ACCURACY_PNG)
-    table = round_table(run.rounds)
-    if table:
-        x = [r["round"] for r in table]
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.0, 3.2))
-        a1.bar(x, [r["retained"] for r in table], label="retained", color="#55a868")
-        a1.bar(x, [r["filtered"] for r in table], bottom=[r["retained"] for r in table],
-               label="filtered", color="#c44e52")
-        a1.set_xlabel("Flower round")
-        a1.set_ylabel("answers")
-        a1.legend()
-        a2.plot(x, [r["tokens"] for r in table], marker="o")
-        a2.set_xlabel("Flower round")
-        a2.set_ylabel("tokens")
-        a2.set_ylim(bottom=0)
-        for a in (a1, a2):
-            a.set_xticks(x)
-        fig.suptitle("answers and tokens per round")
-        fig.tight_layout()
-        _save(fig, out / ROUNDS_PNG)
-        plt.close(fig)
-        written.append(ROUNDS_PNG)
-    return written
-
-
-def _save(fig: Any, path: Path) -> None:
-    # owner-only like every other file of the run (results.py)
-    fig.savefig(path, dpi=110)
-    os.chmod(path, 0o600)
 
 
 def headline(path: Path | str) -> str:
@@ -281,87 +334,13 @@ def headline(path: Path | str) -> str:
 
 def write_report(path: Path | str) -> Path:
     """Write ``report.md`` and its plots into the run dir ``path``; return the report's path."""
+    from pfedma_flwr.report_plots import write_plots
+
     run = load_run_dir(path)
     plots = write_plots(run, run.path)
     target = run.path / REPORT
     write_text_atomic(target, render_markdown(run, plots))
     return target
-
-
-def now() -> str:
-    """The current UTC time, ISO 8601 to the second."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def package_versions() -> dict[str, str]:
-    """Installed versions of :data:`VERSIONED` (``"missing"`` where not installed)."""
-    out = {}
-    for name in VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "missing"
-    return out
-
-
-def git_commit(root: Path | None = None) -> str | None:
-    """The source tree's commit (``+dirty`` with uncommitted changes), ``None`` outside a clone."""
-    root = root or PACKAGE_DIR.parent
-    if root == PACKAGE_DIR.parent and not is_source_tree():
-        return None
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uno"],
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def model_info(backend: Any) -> dict[str, Any]:
-    """What the agents' model was: the embedded file and its sha256, else backend and model."""
-    name, model = str(getattr(backend, "name", "")), str(getattr(backend, "model", ""))
-    info: dict[str, Any] = {"backend": name, "model": model}
-    if name == "embedded":
-        spec = EMBEDDED_MODELS.get(model)
-        if spec is not None:
-            # the digest the assembled file is checked against (none recorded for smollm2)
-            info.update(file=spec.filename, sha256=spec.sha256 or None)
-    elif name == "transformers" and Path(model).expanduser().is_file():
-        info.update(file=Path(model).name, sha256=file_sha256(Path(model).expanduser()))
-    if getattr(backend, "base_url", ""):
-        from pfedma_flwr.agents.backends.openai_backend import _safe_url
-
-        info["base_url"] = _safe_url(str(backend.base_url))
-    return info
-
-
-def update_run_info(path: Path | str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge ``fields`` into ``<path>/run_info.json``.
-
-    A ``None`` value (this writer does not know, e.g. the commit inside the app bundle) keeps
-    a value another writer recorded, and is written only where there is none.
-    """
-    target = Path(path) / RUN_INFO
-    current = _read_json(target, []) if target.exists() else {}
-    current.update({k: v for k, v in fields.items() if v is not None or k not in current})
-    write_json_atomic(target, current)
-    return current
-
-
-def base_run_info(cfg: Any = None) -> dict[str, Any]:
-    """Provenance every writer records: versions, commit, platform, and the config's seed/model."""
-    info: dict[str, Any] = {
-        "pfedma_version": __version__, "packages": package_versions(),
-        "git_commit": git_commit(), "python": sys.version.split()[0],
-        "platform": platform.platform(), "host_cpus": os.cpu_count(),
-    }
-    if cfg is not None:
-        info.update(seed=cfg.seed, model=model_info(cfg.agent.backend))
-    return info
 
 
 def finish_server_run(out: Path, cfg: Any, *, flower_run_id: int | None,
