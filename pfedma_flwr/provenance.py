@@ -69,8 +69,9 @@ def model_info(backend: Any) -> dict[str, Any]:
     if name == "embedded":
         spec = EMBEDDED_MODELS.get(model)
         if spec is not None:
-            # the digest the assembled file is checked against (none recorded for smollm2)
-            info.update(file=spec.filename, sha256=spec.sha256 or None)
+            # the digest the assembled file is checked against; where none is recorded
+            # (smollm2) the installed file's own, when it is small enough to hash in a moment
+            info.update(file=spec.filename, sha256=spec.sha256 or _small_file_sha256(model))
     elif name == "transformers" and Path(model).expanduser().is_file():
         info.update(file=Path(model).name, sha256=file_sha256(Path(model).expanduser()))
     if getattr(backend, "base_url", ""):
@@ -112,3 +113,13 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return obj if isinstance(obj, dict) else {}
+
+
+def _small_file_sha256(name: str, limit: int = 256 << 20) -> str | None:
+    from pfedma_flwr.agents.backends.embedded import embedded_model_path
+
+    try:
+        path = embedded_model_path(name)
+        return file_sha256(path) if path.stat().st_size <= limit else None
+    except (OSError, ValueError):  # not installed here: the digest stays unknown
+        return None

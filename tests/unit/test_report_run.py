@@ -173,3 +173,23 @@ def test_pfedma_report_with_tracking_replays_the_run(tmp_path, capsys):
     assert "[pfedma] 2 rounds -> " in capsys.readouterr().out
     assert list((out / "tracking").glob("events.out.tfevents.*"))
     assert cli.main(["report", str(tmp_path / "nope")]) == 1
+
+
+def test_model_info_hashes_a_small_embedded_model_without_a_recorded_digest():
+    from pfedma_flwr.agents.backends.embedded import (
+        MissingModelError,
+        embedded_model_path,
+        file_sha256,
+    )
+    from pfedma_flwr.provenance import model_info
+
+    try:
+        path = embedded_model_path("smollm2-135m")
+    except MissingModelError:
+        pytest.skip("smollm2 not installed")
+
+    class Backend:
+        name, model, base_url = "embedded", "smollm2-135m", ""
+
+    info = model_info(Backend())
+    assert info["file"] == path.name and info["sha256"] == file_sha256(path)
