@@ -29,11 +29,27 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
+from enum import StrEnum
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
+
+class AnswerKind(StrEnum):
+    """How a task's final answer is written and compared (the one definition of the kinds).
+
+    A ``str`` enum: members compare equal to their values (``AnswerKind.NUMBER == "number"``),
+    so tasks, wire messages and configs keep plain strings.
+    """
+
+    NUMBER = "number"
+    OPTION = "option"
+    MATH = "math"
+    TEXT = "text"
+
+
+# The kinds' values, in declaration order: what validation and error messages list.
+ANSWER_KINDS: tuple[str, ...] = tuple(k.value for k in AnswerKind)
 OPTION_LETTERS = "ABCDE"
 
 Options = Mapping[str, str] | Sequence[str] | None
@@ -64,21 +80,58 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown answer kind {kind!r}; expected one of {list(ANSWER_KINDS)}")
 
 
-def _boxed(text: str) -> str | None:
-    r"""Content of the last ``\boxed{...}`` / ``\fbox{...}`` with balanced braces, if any."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
+_BOX_START = re.compile(r"\\(?:boxed|fbox)\s*")
+
+
+def _box_at(text: str, start: int) -> tuple[str, int] | None:
+    r"""Parse the box whose ``\boxed`` starts at ``start``: ``(content, end)`` or ``None``.
+
+    ``\boxed{...}`` takes the balanced-brace group; the brace-less form ``\boxed 5`` (seen in
+    model outputs) takes the following token up to ``$`` or whitespace.
+    """
+    m = _BOX_START.match(text, start)
+    if m is None:
         return None
-    i = text.index("{", start) + 1
-    depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
-    return None
+    i = m.end()
+    if i < len(text) and text[i] == "{":
+        depth = 0
+        for j in range(i, len(text)):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[i + 1 : j], j + 1
+        return None  # unbalanced: the box never closes
+    if m.end() == start + len(m.group().rstrip()):
+        return None  # "\boxed" directly followed by a non-brace, non-space: not a box
+    tail = re.match(r"[^\s$]+", text[i:])
+    return (tail.group(), i + tail.end()) if tail else None
+
+
+def last_boxed(text: str) -> str | None:
+    r"""Content of the last outermost ``\boxed{...}`` / ``\fbox{...}`` of ``text``, or ``None``.
+
+    The one ``\boxed`` parser (answers, reasoning texts and MATH golds). Braces are balanced
+    (``\boxed{\frac{1}{2}}`` → ``\frac{1}{2}``); boxes nested inside an earlier box are skipped
+    (the outer box is the answer), a box whose whole content is another box is unwrapped
+    (``\boxed{\boxed{5}}`` → ``5``), and a box that never closes (a cut-off generation) is
+    ignored in favour of the last complete one. The content is stripped.
+    """
+    found: str | None = None
+    pos = 0
+    for m in _BOX_START.finditer(text):
+        if m.start() < pos:
+            continue  # inside the previous box
+        parsed = _box_at(text, m.start())
+        if parsed is not None:
+            found, pos = parsed
+    while found is not None:
+        inner = _box_at(found.strip(), 0)
+        if inner is None or inner[1] != len(found.strip()):
+            break
+        found = inner[0]
+    return found.strip() if found is not None else None
 
 
 def normalize_text(text: str) -> str:
@@ -105,7 +158,7 @@ def _canonical_number(text: str) -> str:
     if marker:
         body = marker.group(1)
     else:
-        boxed = _boxed(body)
+        boxed = last_boxed(body)
         if boxed is not None:
             body = boxed
     body = _THOUSANDS.sub("", body.replace("\\$", "$").replace("\\!", ""))
@@ -136,7 +189,7 @@ def _option_map(options: Options) -> dict[str, str]:
 
 def _canonical_option(text: str, options: Options) -> str:
     body = text.strip()
-    boxed = _boxed(body)
+    boxed = last_boxed(body)
     if boxed is not None:
         body = boxed.replace("\\text{", "{").strip()
     for pattern in (_OPT_BARE, _OPT_KEYWORD, _OPT_LEADING):
@@ -196,7 +249,7 @@ def _canonical_math(text: str) -> str:
     parsed = _math_parse(text.strip())
     if parsed and not isinstance(parsed[0], str):
         return _sympy_string(parsed[0])
-    inner = _boxed(text)
+    inner = last_boxed(text)
     body = inner if inner is not None else text
     for old, new in (("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
                      ("$", ""), ("\\!", ""), ("\\,", "")):

@@ -18,12 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pfedma_flwr.resources import conf_dir
+from pfedma_flwr.rules.modes import RULE_MODES
 from pfedma_flwr.validation import Limits
 
 # the repository's conf/, or the copy a wheel ships inside the package (resources.py)
 CONF_DIR = conf_dir()
 
-RULE_MODES = ("full", "NR", "SR", "LE", "G2L", "L2G")
 ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
 PARTITIONS = ("iid", "dirichlet")
 ADVERSARY_KINDS = ("injection", "unreliable")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pfedma_flwr.answers import ANSWER_KINDS
 from pfedma_flwr.validation import (
     DEFAULT_LIMITS,
     Limits,
@@ -35,7 +36,6 @@ RuleScope = Literal["query", "response"]
 RuleAction = Literal["redact", "generalize", "refuse"]
 RULE_SCOPES: tuple[str, ...] = ("query", "response")
 RULE_ACTIONS: tuple[str, ...] = ("redact", "generalize", "refuse")
-ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
 
 
 # --------------------------------------------------------------------------- responses

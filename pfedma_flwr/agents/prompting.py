@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pfedma_flwr.agents.reasoning import reasoning_instruction
+from pfedma_flwr.answers import ANSWER_KINDS
 
 _CALC = re.compile(r"<<[^>]*>>")  # GSM8K calculator annotations
 _SENT = re.compile(r"(?<=[.?!])\s+|\n+")
@@ -24,7 +25,6 @@ _WORD = re.compile(r"[a-z]{3,}|\d+(?:\.\d+)?")
 _STOP = frozenset("the and with for that this from are was were has have had his her its "
                   "their they how what which who does did into than then findings point "
                   "option".split())
-ANSWER_KINDS: tuple[str, ...] = ("number", "option", "math", "text")
 # Tight bounds keep answers short: decoding dominates a CPU client's time (10 GSM8K answers of
 # Qwen2.5-0.5B on 1 thread: 81 s decoding vs 27 s prefill, ~155 answer tokens each), and three
 # steps with one piece of evidence each still show the reasoning. minItems forces evidence so

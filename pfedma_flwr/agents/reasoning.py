@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pfedma_flwr.answers import ANSWER_KINDS, Options, canonical_answer
+from pfedma_flwr.answers import ANSWER_KINDS, Options, canonical_answer, last_boxed
 from pfedma_flwr.schema import Claim, StructuredResponse
 
 MAX_CLAIMS = 8
@@ -40,7 +40,6 @@ _MIN_STEP_CHARS = 25
 _ANSWER_STATEMENT = re.compile(
     r"(?i)(?:final\s+answer|the\s+answer|answer)\s*(?:is|:|=)\s*:?\s*(.+)"
 )
-_BOXED = re.compile(r"\\boxed\{")
 _GSM = re.compile(r"####\s*(.+)")
 _SENT = re.compile(r"(?<=[.?!])\s+(?=[A-Z(\d])")
 _WORD = re.compile(r"[a-z]{3,}|\d+(?:\.\d+)?")
@@ -103,18 +102,6 @@ class Derivation:
     explicit: bool = False
 
 
-def _balanced_boxed(text: str) -> str | None:
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    if not starts:
-        return None
-    i, depth = starts[-1], 1
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None
-
-
 def extract_answer(text: str, answer_kind: str, options: Options = None) -> tuple[str, bool]:
     """The final answer of a reasoning text and whether it was stated explicitly.
 
@@ -122,7 +109,7 @@ def extract_answer(text: str, answer_kind: str, options: Options = None) -> tupl
     """
     _check_kind(answer_kind)
     raw, explicit = "", False
-    boxed = _balanced_boxed(text)
+    boxed = last_boxed(text)
     statements = _ANSWER_STATEMENT.findall(text)
     gsm = _GSM.findall(text)
     if gsm:

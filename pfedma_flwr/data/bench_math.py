@@ -24,6 +24,7 @@ import logging
 import os
 import re
 
+from pfedma_flwr.answers import last_boxed
 from pfedma_flwr.data.benchmarks import (
     DataFormatError,
     Task,
@@ -39,57 +40,7 @@ MATH_FILE = "math/test.jsonl"
 MATH500_FILE = "math/math500_test.jsonl"
 AIME24_FILE = "aime24/test.jsonl"
 
-_BOX_START = re.compile(r"\\(?:boxed|fbox)\s*")
 _AIME_ANSWER = re.compile(r"\d{1,3}")
-
-
-def _box_at(text: str, start: int) -> tuple[str, int] | None:
-    r"""Parse the box whose ``\boxed`` starts at ``start``: ``(content, end)`` or ``None``.
-
-    ``\boxed{...}`` takes the balanced-brace group; the brace-less form ``\boxed 5`` (seen in
-    model outputs) takes the following token up to ``$`` or whitespace.
-    """
-    m = _BOX_START.match(text, start)
-    if m is None:
-        return None
-    i = m.end()
-    if i < len(text) and text[i] == "{":
-        depth = 0
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[i + 1 : j], j + 1
-        return None  # unbalanced: the box never closes
-    if m.end() == start + len(m.group().rstrip()):
-        return None  # "\boxed" directly followed by a non-brace, non-space: not a box
-    tail = re.match(r"[^\s$]+", text[i:])
-    return (tail.group(), i + tail.end()) if tail else None
-
-
-def last_boxed(text: str) -> str | None:
-    r"""Content of the last outermost ``\boxed{...}`` / ``\fbox{...}`` of ``text``, or ``None``.
-
-    Boxes nested inside an earlier box are skipped (the outer box is the answer), and a box
-    whose whole content is another box is unwrapped (``\boxed{\boxed{5}}`` → ``5``).
-    """
-    found: str | None = None
-    pos = 0
-    for m in _BOX_START.finditer(text):
-        if m.start() < pos:
-            continue  # inside the previous box
-        parsed = _box_at(text, m.start())
-        if parsed is not None:
-            found, pos = parsed
-    while found is not None:
-        inner = _box_at(found.strip(), 0)
-        if inner is None or inner[1] != len(found.strip()):
-            break
-        found = inner[0]
-    return found.strip() if found is not None else None
-
 
 def parse_aime_answer(answer: str) -> str:
     """Canonical AIME gold: ``"025"`` → ``"25"``, ``"0"`` → ``"0"``.

@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pfedma_flwr.answers import ANSWER_KINDS
 from pfedma_flwr.registry import Registry
 
 logger = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "PFEDMA_DATA_DIR"
 TASK_DOMAINS = ("math", "medicine", "general", "web", "privacy")
-# Same kinds as pfedma_flwr.answers.ANSWER_KINDS: "math" golds are LaTeX, "text" golds free text.
-ANSWER_KINDS = ("number", "option", "math", "text")
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CALC_ANNOTATION = re.compile(r"<<[^>]*>>")

@@ -32,17 +32,48 @@ def relevance(rule_emb: np.ndarray, experience_embs: np.ndarray) -> float:
 class RuleMode(enum.Enum):
     """Rule-evolution ablations of the seed (§4.3): which directions of the loop run.
 
-    ``NR`` no rules; ``SR`` static rules (no new, no adoption); ``LE`` local evolution only;
-    ``G2L`` global-to-local adoption (+ local evolution), no uploads; ``L2G`` uploads
-    (+ local evolution), no adoption; ``FULL`` everything.
+    The one definition of the rule modes: config validation (``rules.mode``), the presets'
+    levels, the node's minimum mode and the engine's promote/redistribute switches all derive
+    from it. ``FULL`` everything; ``NR`` no rules; ``SR`` static rules (no new, no adoption);
+    ``LE`` local evolution only; ``G2L`` global-to-local adoption (+ local evolution), no
+    uploads; ``L2G`` uploads (+ local evolution), no adoption. The values are the persisted
+    form (client state files); :attr:`config_name` is the ``rules.mode`` spelling.
     """
 
+    FULL = "full"
     NR = "nr"
     SR = "sr"
     LE = "le"
     G2L = "g2l"
     L2G = "l2g"
-    FULL = "full"
+
+    @property
+    def config_name(self) -> str:
+        """The ``rules.mode`` spelling: ``full``, ``NR``, ``SR``, ``LE``, ``G2L``, ``L2G``."""
+        return "full" if self is RuleMode.FULL else self.name
+
+    @classmethod
+    def parse(cls, name: str) -> RuleMode:
+        """The mode of a ``rules.mode`` name (exact spelling).
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is none of :data:`RULE_MODES`; the message lists them.
+        """
+        for mode in cls:
+            if mode.config_name == name:
+                return mode
+        raise ValueError(f"unknown rules.mode {name!r}; available: {list(RULE_MODES)}")
+
+    @property
+    def rank(self) -> int:
+        """Enforcement order (higher = more of the rule loop runs): NR < SR < LE = G2L = L2G < full.
+
+        LE, G2L and L2G each add one direction of evolution to SR and are not ordered among
+        themselves; a node's ``min-rule-mode`` compares ranks.
+        """
+        return {RuleMode.NR: 0, RuleMode.SR: 1, RuleMode.FULL: 3}.get(self, 2)
 
     @property
     def enforce(self) -> bool:
@@ -63,6 +94,10 @@ class RuleMode(enum.Enum):
     def adopt(self) -> bool:
         """Whether redistributed global rules are adapted (global-to-local) and fed back on."""
         return self in (RuleMode.G2L, RuleMode.FULL)
+
+
+#: The ``rules.mode`` names, ``full`` first (what configs and presets may name).
+RULE_MODES: tuple[str, ...] = tuple(m.config_name for m in RuleMode)
 
 
 @dataclass(frozen=True)
