@@ -140,18 +140,7 @@ class StateStore:
         # Serialize before touching the disk so an unserializable payload leaves no temp file.
         text = json.dumps(doc, allow_nan=False, ensure_ascii=False, sort_keys=True)
         private_dir(self.state_dir)
-        # mkstemp creates the file 0600, and os.replace keeps that mode on the target.
-        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.state_dir)
+        write_text_atomic(path, text)
         return path
 
     def keys(self) -> list[str]:
@@ -264,6 +253,30 @@ def private_dir(directory: Path) -> Path:
     except OSError as e:
         logger.warning("cannot make %s private (0700): %s", directory, e)
     return directory
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a crash leaves the old file or the new one.
+
+    The one atomic writer (state files, ``checkpoint.json``, ``summary.json``, reports): the
+    text goes to a temp file in the same directory, is flushed and fsynced, ``os.replace``-d
+    over the target, and the directory is fsynced so the rename itself survives a power loss.
+    The file is 0600 (``mkstemp`` creates it so and the rename keeps the mode); a missing
+    directory is created 0700, an existing one keeps its mode.
+    """
+    if not path.parent.is_dir():
+        private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
 
 
 def append_line(path: Path, line: str) -> None:

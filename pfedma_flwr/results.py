@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr.persistence import append_line, private_dir, read_jsonl_lines
+from pfedma_flwr.persistence import (
+    append_line,
+    private_dir,
+    read_jsonl_lines,
+    write_text_atomic,
+)
 from pfedma_flwr.query_state import run_status
 
 
@@ -33,23 +36,6 @@ def _jsonable(obj: Any) -> Any:
 def _json_line(rec: Any) -> str:
     """One ``.jsonl`` line (sorted keys, non-finite floats as null)."""
     return json.dumps(_jsonable(rec), sort_keys=True) + "\n"
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text via a temp file + rename so readers never see a half-written file.
-
-    The file is 0600 (``mkstemp`` creates it so and the rename keeps the mode).
-    """
-    if not path.parent.is_dir():
-        private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -139,3 +139,71 @@ def test_presets_name_only_known_rule_modes():
     named = {m for p in (ROOT / "conf").rglob("*.yaml")
              for m in re.findall(r"rules\.mode:\s*([\w-]+)", p.read_text(encoding="utf-8"))}
     assert named and named <= set(RULE_MODES)
+
+
+# ------------------------------------------------------------------ the atomic writer
+
+
+def test_results_and_state_store_share_the_one_writer():
+    from pfedma_flwr import persistence, report, results
+
+    assert results.write_text_atomic is persistence.write_text_atomic
+    assert report.write_text_atomic is persistence.write_text_atomic
+
+
+def _record_fsyncs(monkeypatch) -> list[str]:
+    """Patch os.fsync in persistence to log what each synced fd is (file or directory)."""
+    import os
+    import stat
+
+    from pfedma_flwr import persistence
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real(fd)
+
+    monkeypatch.setattr(persistence.os, "fsync", fsync)
+    return synced
+
+
+def test_checkpoint_json_is_fsynced_file_then_directory(tmp_path, monkeypatch):
+    import json
+    import stat
+
+    from pfedma_flwr.results import ResultsWriter
+
+    writer = ResultsWriter(tmp_path / "run")
+    synced = _record_fsyncs(monkeypatch)
+    writer.checkpoint({"round": 3})
+    # the data before the rename, the directory entry after it
+    assert synced == ["file", "dir"]
+    path = tmp_path / "run" / "checkpoint.json"
+    assert json.loads(path.read_text()) == {"round": 3}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_state_store_save_is_fsynced_file_then_directory(tmp_path, monkeypatch):
+    from pfedma_flwr.persistence import StateStore
+
+    synced = _record_fsyncs(monkeypatch)
+    StateStore(tmp_path / "state").save("client-1", {"n": 1})
+    assert synced == ["file", "dir"]
+
+
+def test_a_failed_replace_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    from pfedma_flwr import persistence
+
+    target = tmp_path / "checkpoint.json"
+    persistence.write_text_atomic(target, "old")
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(persistence.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        persistence.write_text_atomic(target, "new")
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json"]
