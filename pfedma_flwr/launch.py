@@ -178,6 +178,7 @@ def run(
     data_dir: str = "", port: int = DEFAULT_PORT, cpus_per_client: float | None = None,
     timeout: float = 3600.0, resume: bool = False, log_level: str | None = None,
     progress: bool = True, tracking: str = "none", tracking_dir: str = "",
+    gpus_per_client: float = 0.0,
 ) -> int:
     """Run one simulation; return 0 only if Flower reports success and the results exist.
 
@@ -185,6 +186,9 @@ def run(
     ``progress`` prints a line per finished query and round; ``tracking`` names the
     experiment tracker fed with the round records (:mod:`pfedma_flwr.tracking`; ``none``:
     off), writing under ``tracking_dir`` (default ``<output-dir>/tracking``).
+    ``gpus_per_client`` is the Ray GPU share each ClientApp reserves: 0 (the default) for
+    clients whose model runs elsewhere (an endpoint, llama.cpp on CPU), so a one-GPU box
+    leaves its GPU to the model server.
     """
     from pfedma_flwr import tracking as trk
     from pfedma_flwr.config import ConfigError
@@ -213,7 +217,9 @@ def run(
                                   else overrides, resume=resume)
         # Flower wants an integer CPU count when the value is integral ("1", not "1.0").
         cpus = int(cpus_per_client) if float(cpus_per_client).is_integer() else cpus_per_client
-        fed_cfg = f"num-supernodes={num_clients} client-resources-num-cpus={cpus}"
+        gpus = int(gpus_per_client) if float(gpus_per_client).is_integer() else gpus_per_client
+        fed_cfg = (f"num-supernodes={num_clients} client-resources-num-cpus={cpus} "
+                   f"client-resources-num-gpus={gpus}")
         sub = _flwr(["run", ".", "--format", "json", "--run-config", run_cfg,
                      "--federation-config", fed_cfg], env)
         try:
@@ -363,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="continue from <output-dir>/checkpoint.json (last completed round)")
     r.add_argument("--timeout", type=float, default=3600.0,
                    help="seconds before the run is stopped")
+    r.add_argument("--gpus-per-client", type=float, default=0.0,
+                   help="Ray GPUs per ClientApp (default 0: agents on an endpoint or on CPU "
+                        "reserve none; e.g. 0.25 for the transformers backend on a GPU)")
     r.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=None,
                    help=f"level of the project's and Flower's loggers in every process of the "
                         f"run (default: ${LOG_LEVEL_ENV}, else INFO)")
@@ -390,5 +399,5 @@ def main(argv: list[str] | None = None) -> int:
         overrides=" ".join(shlex.quote(o) for o in a.overrides), data_dir=a.data_dir,
         port=a.port, cpus_per_client=a.cpus_per_client, timeout=a.timeout, resume=a.resume,
         log_level=a.log_level, progress=a.progress, tracking=a.tracking,
-        tracking_dir=a.tracking_dir,
+        tracking_dir=a.tracking_dir, gpus_per_client=a.gpus_per_client,
     )
