@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from pfedma_flwr.aggregation import RoundResponse, aggregate
+from pfedma_flwr.aggregation import CollabState, RoundResponse, aggregate
+from pfedma_flwr.baselines import hooks
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import knowledge_domain
 from pfedma_flwr.embeddings import Embedder
@@ -66,6 +67,8 @@ class CollaborationEngine:
         Loop constants.
     on_query_end : Callable[[dict], None] | None
         Receives each finished query's record (the results writer appends it at once).
+    aggregator : Callable[..., CollabState] | None
+        Builds ``z``, called like :func:`aggregate` (default). Orchestrator hooks: baselines.hooks.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class CollaborationEngine:
         embedder: Embedder, rules: GlobalRuleRepository, routing: RoutingTable,
         recognizer: PiiRecognizer | None, settings: EngineSettings,
         on_query_end: Callable[[dict[str, Any]], None] | None = None,
+        aggregator: Callable[..., CollabState] | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("CollaborationEngine needs at least one task")
@@ -81,7 +85,7 @@ class CollaborationEngine:
         self.settings = settings
         self.orchestrator, self.judge, self.embedder = orchestrator, judge, embedder
         self.rules, self.routing, self.recognizer = rules, routing, recognizer
-        self.on_query_end = on_query_end
+        self.on_query_end, self.aggregate = on_query_end, aggregator or aggregate
         self._tasks = list(tasks)
         self._task_ids = [t.task_id for t in tasks]
         self._pending = list(tasks)[::-1]
@@ -222,11 +226,13 @@ class CollaborationEngine:
             q.query_rules_fired += len(fired)
             rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
                              refinement=ref, answer_kind=q.task.answer_kind)
+            view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, lambda t: (
+                apply_query_rules(t, global_rules, self.recognizer, quarantine=self.rules)[0]))
             q.selections.append(list(sel.clients))
             for c in sel.clients:
                 q.asked.add(c)
-                q.routed[c] = rq
-                per_client.setdefault(c, []).append(rq)
+                q.routed[c] = view(c)
+                per_client.setdefault(c, []).append(q.routed[c])
 
     # ------------------------------------------------------------------ absorbing
 
@@ -285,10 +291,10 @@ class CollaborationEngine:
                                                retained=a.retained, anomaly=a.score))
                 # Per query round (issue 12): one retained answer lets the client contribute.
                 client_ok[c] = client_ok.get(c, False) or a.retained
-            q.z = aggregate(q.history, kind=q.task.answer_kind, domain=domain,
-                            routing=self.routing, round=q.t,
-                            use_capability=s.use_capability, use_reliability=s.use_reliability,
-                            options=q.task.options or None)
+            q.z = self.aggregate(q.history, kind=q.task.answer_kind, domain=domain,
+                                 routing=self.routing, round=q.t, use_capability=s.use_capability,
+                                 use_reliability=s.use_reliability,
+                                 options=q.task.options or None)
             for c, r, a in zip(cids, grp, res, strict=True):
                 key = (c, domain)
                 round_r.setdefault(key, []).append(r is not None and a.retained)
@@ -355,11 +361,11 @@ class CollaborationEngine:
         others = [h for h in q.history if h.client_id != client]
         if not any(h.retained and h.response is not None for h in others):
             return None
-        z_minus = aggregate(others, kind=q.task.answer_kind, domain=domain,
-                            routing=self.routing, round=q.t,
-                            use_capability=self.settings.use_capability,
-                            use_reliability=self.settings.use_reliability,
-                            options=q.task.options or None)
+        z_minus = self.aggregate(others, kind=q.task.answer_kind, domain=domain,
+                                 routing=self.routing, round=q.t,
+                                 use_capability=self.settings.use_capability,
+                                 use_reliability=self.settings.use_reliability,
+                                 options=q.task.options or None)
         if z_minus.empty or not z_minus.answer:
             return None
         sim = similarity_to([r.final_answer], z_minus.answer, q.task.answer_kind,
@@ -410,6 +416,7 @@ class CollaborationEngine:
         self._active.remove(q)
         rec = finish_record(q, reason)
         self.finished.append(rec)
+        hooks.observe_outcome(self.orchestrator, q)
         if self.on_query_end is not None:
             self.on_query_end(rec)
 
@@ -431,6 +438,7 @@ class CollaborationEngine:
             "pending": [t.task_id for t in self._pending],
             "routing": self.routing.to_dict(), "rules": self.rules.to_dict(),
             "totals": dict(self.totals), "rng": self._rng.bit_generator.state,
+            "orchestrator": hooks.orchestrator_state(self.orchestrator),
         }
 
     def load_state_dict(self, d: Mapping[str, Any]) -> int:
@@ -448,6 +456,7 @@ class CollaborationEngine:
         self.rules = GlobalRuleRepository.from_dict(d["rules"], embedder=self.embedder)
         self.totals.update(d["totals"])
         self._rng.bit_generator.state = d["rng"]
+        hooks.load_orchestrator_state(self.orchestrator, d.get("orchestrator"))
         return int(d["server_round"])
 
     def summary(self, wall_seconds: float = 0.0) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""ServerApp: load config, build the strategy from registries, run it, write the results."""
+"""ServerApp: load config, build the strategy ``strategy.name`` names, run it, write results."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config, to_yaml
 from pfedma_flwr.data.split import sample_eval_tasks
 from pfedma_flwr.progress import RoundProgress
 from pfedma_flwr.results import ResultsWriter
-from pfedma_flwr.server_components import build_engine
-from strategies.pfedma import PFedMA
+from strategies.registry import build_strategy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -51,7 +50,9 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
         finished_lines.append(rec)
         progress.query_done(bool(rec["correct"]))
 
-    engine = build_engine(cfg, tasks, on_query_end=on_query_end)
+    strategy = build_strategy(cfg, tasks=tasks, on_query_end=on_query_end,
+                              on_round_end=lambda r, rec: on_round_end(r, rec))
+    engine = strategy.engine
     ckpt = ResultsWriter.load_checkpoint(out) if cfg.output.resume else None
     start_round = 0
     if ckpt is not None:
@@ -75,12 +76,6 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
         writer.checkpoint(engine.state_dict(server_round))
         progress.round_done(server_round, record)
 
-    strategy = PFedMA(
-        engine=engine, round_timeout=cfg.strategy.round_timeout,
-        min_nodes=cfg.strategy.min_nodes, node_wait_timeout=cfg.strategy.node_wait_timeout,
-        limits=cfg.protocol.limits(), identity=cfg.strategy.identity,
-        on_round_end=on_round_end,
-    )
     try:
         with progress:
             result = strategy.start(grid, start_round=start_round)

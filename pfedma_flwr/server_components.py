@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pfedma_flwr.agents.backends import Backend, make_backend
@@ -69,21 +69,33 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
                    use_reliability=r.use_reliability, embedder=embedder, **extra)
 
 
-def build_global_rules(cfg: PFedMAConfig, embedder: Embedder) -> GlobalRuleRepository:
-    """``Ω_global`` with a run-unique id prefix and the initial policy (none under ``NR``)."""
+def build_global_rules(cfg: PFedMAConfig, embedder: Embedder,
+                       mode: str | None = None) -> GlobalRuleRepository:
+    """``Ω_global`` with a run-unique id prefix and the initial policy (none under ``NR``).
+
+    ``mode`` is the server's rule mode when a strategy sets its own (default ``rules.mode``).
+    """
     ru = cfg.rules
     repo = GlobalRuleRepository(embedder=embedder, sim_threshold=ru.sim_threshold,
                                 id_prefix=new_id_prefix(), twins=ru.query_twins)
-    if ru.mode != "NR":
+    if (mode or ru.mode) != "NR":
         repo.seed(initial_global_rules(ru.global_policy))
     return repo
+
+
+#: ``customize(cfg, parts) -> replacements``: a strategy's own engine components. ``parts``
+#: holds ``embedder``, ``recognizer`` and ``settings``; the mapping returned may replace
+#: ``settings`` and add ``orchestrator`` / ``aggregator`` (strategies/registry.py).
+EngineCustomizer = Callable[[PFedMAConfig, dict[str, Any]], Mapping[str, Any]]
+_CUSTOMIZABLE = frozenset({"settings", "orchestrator", "aggregator"})
 
 
 def build_engine(
     cfg: PFedMAConfig, tasks: Sequence[Task],
     on_query_end: Callable[[dict[str, Any]], None] | None = None,
+    *, customize: EngineCustomizer | None = None,
 ) -> CollaborationEngine:
-    """Everything the server needs for a run, from the config."""
+    """Everything the server needs for a run, from the config (and a strategy's ``customize``)."""
     embedder = get_embedder(cfg.embedding.name, cfg.embedding.model_path)
     s, a, r, ru = cfg.strategy, cfg.anomaly, cfg.routing, cfg.rules
     settings = EngineSettings(
@@ -95,10 +107,18 @@ def build_engine(
         refine_style=r.refine_style, rule_mode=ru.mode,
         sim_threshold=ru.sim_threshold, seed=cfg.seed,
     )
+    parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
+                             "settings": settings}
+    if customize is not None:
+        extra = dict(customize(cfg, dict(parts)))
+        if unknown := sorted(set(extra) - _CUSTOMIZABLE):
+            raise ValueError(f"strategy {cfg.strategy.name!r} customizes unknown engine parts "
+                             f"{unknown}; allowed: {sorted(_CUSTOMIZABLE)}")
+        parts.update(extra)
+    if "orchestrator" not in parts:  # built only when used (the llm one loads a model)
+        parts["orchestrator"] = build_orchestrator(cfg, embedder)
     return CollaborationEngine(
-        tasks=tasks, orchestrator=build_orchestrator(cfg, embedder),
-        judge=build_judge(cfg, embedder), embedder=embedder,
-        rules=build_global_rules(cfg, embedder),
-        routing=RoutingTable(eta=r.eta), recognizer=get_recognizer(ru.pii),
-        settings=settings, on_query_end=on_query_end,
+        tasks=tasks, judge=build_judge(cfg, embedder),
+        rules=build_global_rules(cfg, embedder, parts["settings"].rule_mode),
+        routing=RoutingTable(eta=r.eta), on_query_end=on_query_end, **parts,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING
 from typing import Any
@@ -21,6 +21,8 @@ from flwr.serverapp.strategy import Strategy
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from pfedma_flwr.collaboration import CollaborationEngine
+from pfedma_flwr.config import PFedMAConfig
+from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.protocol import (
     IDENTITY_MODES,
     QUERY_DESCRIBE,
@@ -33,6 +35,7 @@ from pfedma_flwr.protocol import (
     encode_instruction,
 )
 from pfedma_flwr.schema import DEFAULT_LIMITS, ClientReply, Limits, SchemaError
+from pfedma_flwr.server_components import build_engine
 from pfedma_flwr.validation import excerpt
 
 RoundHook = Callable[[int, dict[str, Any]], None]
@@ -111,6 +114,30 @@ class PFedMA(Strategy):
         # Engine ids are stable client keys; Flower node ids are random per run.
         self._node_of: dict[str, int] = {}
         self._key_of: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ registry hook
+
+    @classmethod
+    def engine_parts(cls, cfg: PFedMAConfig, parts: dict[str, Any]) -> dict[str, Any]:
+        """Engine components this strategy builds itself (``server_components.build_engine``).
+
+        PFedMA uses the configured ones (``{}``); a baseline returns its own ``orchestrator``,
+        ``aggregator`` and ``settings`` built from ``parts`` (embedder, recognizer, settings).
+        """
+        return {}
+
+    @classmethod
+    def from_config(
+        cls, cfg: PFedMAConfig, *, tasks: Sequence[Task],
+        on_query_end: Callable[[dict[str, Any]], None] | None = None,
+        on_round_end: RoundHook | None = None,
+    ) -> PFedMA:
+        """The strategy of a run config (what ``strategy.name`` resolves to is called this way)."""
+        s = cfg.strategy
+        return cls(engine=build_engine(cfg, tasks, on_query_end, customize=cls.engine_parts),
+                   round_timeout=s.round_timeout, min_nodes=s.min_nodes,
+                   node_wait_timeout=s.node_wait_timeout, limits=cfg.protocol.limits(),
+                   identity=s.identity, on_round_end=on_round_end)
 
     # ------------------------------------------------------------------ Flower API
 

@@ -1,0 +1,133 @@
+"""Pieces the baseline orchestrators share: seeded draws, answer digests, outcome agreement."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from pfedma_flwr.aggregation import CollabState, RoundResponse
+from pfedma_flwr.answers import Options, answers_equal
+from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.routing.orchestrator import CandidateState, Selection, validate_selection
+
+#: Characters of one quoted answer / claim in a digest sent to other agents.
+ANSWER_CHARS = 160
+CLAIM_CHARS = 200
+#: Cap on a whole digest (well under the protocol's 8000-character text cap).
+DIGEST_CHARS = 2000
+
+
+def check_k(k: int | None, default: int) -> int:
+    """``k`` validated (an int >= 1), else ``default``."""
+    if k is None:
+        return default
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k_max must be an integer >= 1, got {k!r}")
+    return k
+
+
+def check_round(round: int) -> None:
+    """Rounds are 1-based."""
+    if round < 1:
+        raise ValueError(f"round must be >= 1, got {round}")
+
+
+def query_rng(seed: int, query_id: str, round: int) -> np.random.Generator:
+    """A stream fixed by ``(seed, query_id, round)``: selections do not depend on query order."""
+    h = int.from_bytes(hashlib.blake2b(query_id.encode(), digest_size=8).digest(), "little")
+    return np.random.default_rng([seed, h, round])
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def digest(responses: Sequence[RoundResponse], *, header: str, ask: str,
+           max_chars: int = DIGEST_CHARS) -> str:
+    """``header``, one line per answer (``Agent k: 'answer' (because: first claim)``), ``ask``.
+
+    Agents are numbered, not named: a client id is the server's routing key, not content.
+    Answers that failed are left out; ``""`` when none is left.
+    """
+    lines = []
+    for k, r in enumerate((r for r in responses if r.response is not None), start=1):
+        line = f"- Agent {k}: '{_clip(r.response.final_answer, ANSWER_CHARS)}'"
+        if r.response.claims:
+            line += f" (because: {_clip(r.response.claims[0].claim, CLAIM_CHARS)})"
+        lines.append(line)
+    if not lines:
+        return ""
+    budget = max_chars - len(header) - len(ask) - 2
+    kept: list[str] = []
+    for line in lines:
+        if sum(len(x) + 1 for x in kept) + len(line) > budget:
+            break
+        kept.append(line)
+    return "\n".join([header, *kept, ask])
+
+
+def agreement(history: Sequence[RoundResponse], z: CollabState | None, kind: str,
+              options: Options = None) -> dict[str, float]:
+    """Per client: 1.0 if its latest answer agrees with ``z``'s answer, else 0.0.
+
+    A client whose latest answer failed or was filtered scores 0; every client of ``history``
+    gets a score (the outcome feedback of KABB and OPTAGENT).
+    """
+    latest: dict[str, RoundResponse] = {}
+    for r in sorted(history, key=lambda h: h.round):
+        latest[r.client_id] = r
+    final = z.answer if z is not None and not z.empty else ""
+    return {c: float(bool(final) and r.retained and r.response is not None
+                     and answers_equal(r.response.final_answer, final, kind, options=options))
+            for c, r in sorted(latest.items())}
+
+
+def round_responses(history: Sequence[RoundResponse], round: int,
+                    exclude: str | None = None) -> list[RoundResponse]:
+    """The responses of ``round`` (in client order), without ``exclude``'s."""
+    return sorted((r for r in history if r.round == round and r.client_id != exclude),
+                  key=lambda r: r.client_id)
+
+
+def as_mapping(options: Mapping[str, str]) -> Options:
+    """Task options as the answer functions take them (``None`` when there are none)."""
+    return dict(options) or None
+
+
+class BaselineOrchestrator:
+    """Common constructor and checks of the baseline orchestrators.
+
+    Parameters
+    ----------
+    k_max : int
+        Default K_max (the same budget as PFedMA's ``strategy.k_max``).
+    embedder : Embedder, optional
+        Unused by most; accepted so every orchestrator takes the same factory arguments.
+    """
+
+    def __init__(self, *, k_max: int, embedder: Embedder | None = None) -> None:
+        self.k_max = check_k(k_max, 1)
+        self.embedder = embedder
+
+    def _k(self, round: int, k_max: int | None) -> int:
+        check_round(round)
+        return check_k(k_max, self.k_max)
+
+    @staticmethod
+    def _pick(chosen: Sequence[str], candidates: Sequence[CandidateState], k: int) -> Selection:
+        return validate_selection(Selection(tuple(chosen)), [c.client_id for c in candidates], k)
+
+
+def same_team(candidates: Sequence[CandidateState], ranking: Sequence[str], k: int) -> list[str]:
+    """The earlier agents of the query (still available), filled up from ``ranking`` to ``k``."""
+    team = [c for c in ranking if any(x.client_id == c and x.asked_for_this_query
+                                      for x in candidates)][:k]
+    return team + [c for c in ranking if c not in team][: k - len(team)]
+
+
+def unanimous(z: CollabState | None) -> bool:
+    """At least two retained answers and all of them agree."""
+    return z is not None and z.n_retained >= 2 and z.n_agreeing == z.n_retained

@@ -1,0 +1,121 @@
+"""``strategy.name``: built-in methods and an outside ``module:Class`` over the FakeGrid."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pfedma_flwr.config import ConfigError, PFedMAConfig
+from pfedma_flwr.protocol import QUERY_RESPOND, decode_instruction
+from pfedma_flwr.routing.orchestrator import CandidateState, OrchestratorQuery, Selection
+from strategies.pfedma import PFedMA
+from strategies.registry import METHODS, STRATEGIES
+from tests.strategy.conftest import answer_json, read_jsonl
+
+HERE = "tests.strategy.test_strategy_registry"
+
+
+class LastClientOnly:
+    """Asks only the client with the largest id, once."""
+
+    def select(self, query: OrchestratorQuery, z: Any, candidates: Sequence[CandidateState], *,
+               round: int, k_max: int | None = None) -> Selection:
+        if round > 1:
+            return Selection.stop_now("one round")
+        return Selection((max(c.client_id for c in candidates),))
+
+
+class OutsideStrategy(PFedMA):
+    """A strategy from outside the registry: PFedMA's loop with its own orchestrator."""
+
+    @classmethod
+    def engine_parts(cls, cfg: PFedMAConfig, parts: dict[str, Any]) -> dict[str, Any]:
+        return {"orchestrator": LastClientOnly()}
+
+
+NOT_A_STRATEGY = object()
+
+
+def _respond_instructions(grid: Any) -> list[tuple[int, Any]]:
+    return [(m.metadata.dst_node_id, decode_instruction(m.content)) for m in grid.sent
+            if m.metadata.message_type == QUERY_RESPOND]
+
+
+def test_a_strategy_from_outside_the_repo_runs_through_strategy_name(federation, tmp_path):
+    name = f"{HERE}:OutsideStrategy"
+    summary, _ = federation(num_nodes=4, overrides=f"strategy.name={name}")
+    assert summary["status"] == "completed"
+    queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
+    # tiny: 6 queries; the outside orchestrator asked partition-3 alone, one round each
+    assert len(queries) == 6
+    assert all(q["selections"] == [["partition-3"]] and q["rounds"] == 1 for q in queries)
+    assert f"name: {name}" in (tmp_path / "out" / "config.yaml").read_text()
+
+
+def test_unknown_or_non_strategy_names_fail_clearly(federation):
+    with pytest.raises(ConfigError, match=r"unknown strategy 'nope'; available: \['epeagents'"):
+        federation(overrides="strategy.name=nope")
+    with pytest.raises(ConfigError, match="has no from_config"):
+        federation(overrides=f"strategy.name={HERE}:NOT_A_STRATEGY")
+    with pytest.raises(ConfigError, match="cannot import strategy 'no_such_module:X'"):
+        federation(overrides="strategy.name=no_such_module:X")
+
+
+def test_every_method_of_the_tables_is_registered():
+    assert set(METHODS) == set(STRATEGIES.names())
+    assert METHODS[0] == "pfedma" and len(METHODS) == 8
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_runs_on_the_same_client_app(method: str, federation, tmp_path: Path):
+    """Every agent answers 42; the shape of each method's rounds follows from its rules."""
+    summary, grid = federation(num_nodes=4, responder=lambda msgs: answer_json("42"),
+                               overrides=f"strategy.name={method}")
+    assert summary["status"] == "completed" and summary["accuracy"] >= 0.0
+    queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
+    assert len(queries) == 6 and all(q["answer"] == "42" for q in queries)
+    sels = [q["selections"] for q in queries]
+    # tiny.yaml: T_max = 2, K_max = 2
+    assert all(len(s) <= 2 and all(1 <= len(r) <= 2 for r in s) for s in sels)
+    shape = {
+        # one agent, one round
+        "single-agent": [[1]],
+        # two agents agree in round 1: PFedMA's stop rule, Fed-ICL's and the debate's unanimity
+        "pfedma": [[2]], "fedicl": [[2]], "optagent": [[2]],
+        # one round by design
+        "epeagents": [[2]], "kabb": [[2]],
+        # one agent per turn; "42" twice is a repeat, so turn 3 would stop (T_max = 2 first)
+        "router-r1": [[1, 1]],
+        # two proposers, then the aggregator alone
+        "moa": [[2, 1]],
+    }[method]
+    assert {tuple(len(r) for r in s) for s in sels} == {tuple(shape[0])}, sels
+    ckpt = json.loads((tmp_path / "out" / "checkpoint.json").read_text())
+    if method == "kabb":  # the bandit's outcomes are in the checkpoint, one per finished query
+        done = [r["query_id"] for r in ckpt["finished"]]
+        assert [o[0] for o in ckpt["orchestrator"]["outcomes"]] == done and len(done) >= 4
+    elif method == "pfedma":
+        assert ckpt["orchestrator"] is None
+
+
+def test_moa_sends_the_proposals_to_the_aggregator(federation):
+    _, grid = federation(num_nodes=4, responder=lambda msgs: answer_json("42"),
+                         overrides="strategy.name=moa")
+    late = [q for _n, ins in _respond_instructions(grid) for q in ins.queries if q.round == 2]
+    assert late and all("Proposals of other agents" in q.refinement
+                        and "You are the aggregator" in q.refinement
+                        and q.refinement.count("- Agent ") == 2 for q in late)
+
+
+def test_router_turns_ask_a_new_expert_and_show_the_earlier_answer(federation, tmp_path):
+    _, grid = federation(num_nodes=4, responder=lambda msgs: answer_json("42"),
+                         overrides="strategy.name=router-r1")
+    for q in read_jsonl(tmp_path / "out" / "queries.jsonl"):
+        first, second = q["selections"]
+        assert first != second  # not yet consulted first
+    late = [q for _n, ins in _respond_instructions(grid) for q in ins.queries if q.round == 2]
+    assert late and all("- Agent 1: '42'" in q.refinement for q in late)
