@@ -23,6 +23,7 @@ from pfedma_flwr.experiments import VariantRun, load_preset, preset_names, run_e
 from pfedma_flwr.experiments.tables import RAW_METRICS, columns
 from pfedma_flwr.server_app import run_server
 from pfedma_flwr.testing import FakeGrid
+from strategies.registry import METHODS
 
 logger = logging.getLogger(__name__)
 
@@ -99,12 +100,16 @@ def test_injection_asr_pfedma_vs_filtering_disabled(tmp_path: Path):
     assert pf["exposure"] > 0.0  # malicious clients did take part
 
 
-def test_main_compares_pfedma_with_a_single_agent(tmp_path: Path):
+def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
     from pfedma_flwr.experiments.runner import plan
 
     preset = load_preset("main")
     runs = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path)}
-    assert set(runs) == {"pfedma", "single-agent"}
+    assert list(runs) == list(METHODS)  # Table 1's methods, by their strategy.name
+    for m in METHODS[1:]:
+        assert f"strategy.name={m}" in runs[m].overrides
+    # the same agent pool and round budget for every method but the lone agent
+    assert {runs[m].num_clients for m in METHODS if m != "single-agent"} == {8}
     # the single agent: one client whatever the size's N, one round, no filter, no rules, greedy
     assert runs["pfedma"].num_clients == 8 and runs["single-agent"].num_clients == 1
     single = runs["single-agent"].overrides
@@ -115,18 +120,23 @@ def test_main_compares_pfedma_with_a_single_agent(tmp_path: Path):
     # the CLI's --num-clients does not turn the single agent into a federation
     again = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path, num_clients=5)}
     assert again["single-agent"].num_clients == 1 and again["pfedma"].num_clients == 5
-    # at tiny size both run, on the same questions, with a method column in results.csv
+    # at tiny size all eight run, on the same questions, with a method column in results.csv
     result = run_experiment("main", size="tiny", output_dir=tmp_path / "tiny",
                             executor=fakegrid_executor)
     rows = _read_csv(tmp_path / "tiny" / "results.csv")
-    assert [r["method"] for r in rows] == ["pfedma", "single-agent"]
+    assert [r["method"] for r in rows] == list(METHODS)
+    assert all(r["ACC"] not in ("", "nan") for r in rows)
     import json
 
     qs = [{json.loads(ln)["query_id"] for ln in (tmp_path / "tiny" / "runs" / r["variant"] /
                                                    "queries.jsonl").read_text().splitlines()}
           for r in result["rows"]]
-    assert qs[0] == qs[1] and len(qs[0]) == 18  # the same 6 x 3 questions for both methods
-    assert result["rows"][1]["metrics"]["rounds"] == 1.0  # T_max 1
+    assert all(q == qs[0] for q in qs) and len(qs[0]) == 18  # the same 6 x 3 questions
+    by = {r["labels"]["method"]: r["metrics"] for r in result["rows"]}
+    assert by["single-agent"]["rounds"] == 1.0  # T_max 1
+    # one-round methods by design; the others stay within T_max = 2
+    assert by["epeagents"]["rounds"] == by["kabb"]["rounds"] == 1.0
+    assert all(1.0 <= by[m]["rounds"] <= 2.0 for m in METHODS)
 
 
 def test_only_selects_variants_by_axis_level_and_names_bad_input(tmp_path: Path):
