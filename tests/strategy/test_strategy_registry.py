@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 
-from pfedma_flwr.config import ConfigError, PFedMAConfig
+from client_apps.agent_app import app as client_app
+from pfedma_flwr import client_components
+from pfedma_flwr.agents.backends import MockBackend
+from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config
 from pfedma_flwr.protocol import QUERY_RESPOND, decode_instruction
 from pfedma_flwr.routing.orchestrator import CandidateState, OrchestratorQuery, Selection
+from pfedma_flwr.server_app import run_server
+from pfedma_flwr.testing import FakeGrid
 from strategies.pfedma import PFedMA
 from strategies.registry import METHODS, STRATEGIES
 from tests.strategy.conftest import answer_json, read_jsonl
@@ -119,3 +124,46 @@ def test_router_turns_ask_a_new_expert_and_show_the_earlier_answer(federation, t
         assert first != second  # not yet consulted first
     late = [q for _n, ins in _respond_instructions(grid) for q in ins.queries if q.round == 2]
     assert late and all("- Agent 1: '42'" in q.refinement for q in late)
+
+
+class _CrashingGrid(FakeGrid):
+    """Raises on the ``crash_at``-th ``send_and_receive`` (the handshake is call 1)."""
+
+    def __init__(self, *a: Any, crash_at: int, **k: Any) -> None:
+        super().__init__(*a, **k)
+        self.calls, self.crash_at = 0, crash_at
+
+    def send_and_receive(self, messages, *, timeout=None):
+        self.calls += 1
+        if self.calls == self.crash_at:
+            raise RuntimeError("server killed")
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+def test_kabb_resumes_with_the_posterior_it_had(tmp_path: Path, monkeypatch):
+    """A crash in round 3 and ``--resume``: the bandit's outcomes equal an uninterrupted run's."""
+    monkeypatch.setattr(client_components, "make_configured_backend",
+                        lambda cfg: MockBackend(lambda m: answer_json(str(len(m[0]["content"])
+                                                                          % 3))))
+
+    def run(name: str, *, crash_at: int | None = None, resume: bool = False) -> dict:
+        client_components.build_agent.cache_clear()
+        rc = {"config-name": "tiny", "output-dir": str(tmp_path / name), "resume": resume,
+              "overrides": "output.progress=false strategy.name=kabb strategy.batch_size=2"}
+        grid = (_CrashingGrid(client_app, 4, rc, crash_at=crash_at) if crash_at
+                else FakeGrid(client_app, 4, rc))
+        run_server(grid, load_config(rc))
+        return json.loads((tmp_path / name / "checkpoint.json").read_text())
+
+    ref = run("ref")
+    with pytest.raises(RuntimeError, match="server killed"):
+        run("crash", crash_at=4)
+    ckpt = json.loads((tmp_path / "crash" / "checkpoint.json").read_text())
+    # batch 2, one round per query: queries 1-2 finished when round 2 was planned
+    assert ckpt["server_round"] == 2 and len(ckpt["orchestrator"]["outcomes"]) == 2
+    resumed = run("crash", resume=True)
+    assert resumed["orchestrator"] == ref["orchestrator"]
+    assert len(ref["orchestrator"]["outcomes"]) >= 4
+    sel = {q["query_id"]: q["selections"] for q in read_jsonl(tmp_path / "ref" / "queries.jsonl")}
+    for q in read_jsonl(tmp_path / "crash" / "queries.jsonl"):
+        assert q["selections"] == sel[q["query_id"]]
