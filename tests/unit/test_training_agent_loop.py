@@ -28,8 +28,8 @@ CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['conte
           "{{'<|im_start|>assistant\n'}}{% endif %}")
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
+def build_tokenizer():
+    """A byte-level BPE ChatML tokenizer trained here (Qwen's special tokens, no download)."""
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -44,6 +44,11 @@ def tokenizer():
                                    pad_token="<|endoftext|>")
     fast.chat_template = CHATML
     return fast
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
 
 
 class FakeServer:
