@@ -42,8 +42,10 @@ def _run(argv: list[str]) -> int:
     pre.add_argument("--resume", action="store_true")
     known, _ = pre.parse_known_args(argv)
     if "-h" in argv or "--help" in argv:
-        print("pfedma run: the options below, plus --overwrite (replace the results already in "
-              "--output-dir; without it such a dir is refused unless --resume)\n")
+        print(
+            "pfedma run: the options below, plus --overwrite (replace the results already in "
+            "--output-dir; without it such a dir is refused unless --resume)\n"
+        )
         return launch.main(["run", "--help"])
     out = Path(known.output_dir).expanduser().resolve()
     found = existing_results(out)
@@ -51,15 +53,24 @@ def _run(argv: list[str]) -> int:
         sys.stderr.write(
             f"[pfedma] {out} already holds a run ({', '.join(found[:4])}"
             f"{', ...' if len(found) > 4 else ''}); pass --overwrite to replace it, --resume to "
-            "continue it, or choose another --output-dir\n")
+            "continue it, or choose another --output-dir\n"
+        )
         return 1
     if known.overwrite and not known.resume:
         for name in rep.RUN_FILES:  # the earlier run's report and log go with its results
             (out / name).unlink(missing_ok=True)
     rest = [a for a in argv if a != "--overwrite"]
-    rep.update_run_info(out, {**rep.base_run_info(), "command": ["pfedma", "run", *rest],
-                              "cwd": str(Path.cwd()), "started_at": rep.now(),
-                              "finished_at": "", "exit_code": ""})
+    rep.update_run_info(
+        out,
+        {
+            **rep.base_run_info(),
+            "command": ["pfedma", "run", *rest],
+            "cwd": str(Path.cwd()),
+            "started_at": rep.now(),
+            "finished_at": "",
+            "exit_code": "",
+        },
+    )
     rc = 1
     try:
         rc = launch.main(["run", *rest])
@@ -75,19 +86,26 @@ def _run(argv: list[str]) -> int:
 
 
 def _report(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pfedma report",
-                                description="(re)write report.md and its plots for a run dir")
+    p = argparse.ArgumentParser(
+        prog="pfedma report", description="(re)write report.md and its plots for a run dir"
+    )
     p.add_argument("run_dir", help="a run's output dir (holds summary.json)")
-    p.add_argument("--tracking", default="none", choices=("none", "tensorboard", "mlflow"),
-                   help="also write the run's round records to this tracker (default none)")
-    p.add_argument("--tracking-dir", default="",
-                   help="tracker output (default <run_dir>/tracking; mlflow: a URI or dir)")
+    p.add_argument(
+        "--tracking",
+        default="none",
+        choices=("none", "tensorboard", "mlflow"),
+        help="also write the run's round records to this tracker (default none)",
+    )
+    p.add_argument(
+        "--tracking-dir",
+        default="",
+        help="tracker output (default <run_dir>/tracking; mlflow: a URI or dir)",
+    )
     a = p.parse_args(argv)
     from pfedma_flwr import tracking as trk
 
     try:
-        tracker = trk.make_tracker(a.tracking, Path(a.tracking_dir or Path(a.run_dir) /
-                                                    "tracking"))
+        tracker = trk.make_tracker(a.tracking, Path(a.tracking_dir or Path(a.run_dir) / "tracking"))
         path = rep.write_report(a.run_dir)
     except (NotADirectoryError, trk.TrackingError) as e:
         sys.stderr.write(f"[pfedma] {e}\n")

@@ -45,8 +45,11 @@ class RoundProgress:
     def __enter__(self) -> RoundProgress:
         if self.enabled:
             self._progress = Progress(
-                TextColumn("[bold]PFedMA[/bold] {task.description}"), BarColumn(),
-                MofNCompleteColumn(), TimeElapsedColumn(), transient=False,
+                TextColumn("[bold]PFedMA[/bold] {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                transient=False,
             )
             self._progress.start()
             self._task = self._progress.add_task("queries", total=self.total)
@@ -63,17 +66,22 @@ class RoundProgress:
         self.done += 1
         self.correct += int(correct)
         if self._progress is not None:
-            self._progress.update(self._task, advance=1,
-                                  description=f"acc {self.correct}/{self.done}")
+            self._progress.update(
+                self._task, advance=1, description=f"acc {self.correct}/{self.done}"
+            )
 
     def round_done(self, server_round: int, record: dict[str, Any]) -> None:
         """Show the last round's counts."""
         if self._progress is not None:
             m = record.get("metrics", {})
-            self._progress.update(self._task, description=(
-                f"round {server_round} acc {self.correct}/{self.done} "
-                f"filtered {int(m.get('anomaly/num_filtered', 0))} "
-                f"rules {int(m.get('rules/num_global', 0))}"))
+            self._progress.update(
+                self._task,
+                description=(
+                    f"round {server_round} acc {self.correct}/{self.done} "
+                    f"filtered {int(m.get('anomaly/num_filtered', 0))} "
+                    f"rules {int(m.get('rules/num_global', 0))}"
+                ),
+            )
 
 
 def plain_log_line(line: str) -> str:
@@ -125,7 +133,8 @@ def configure_logging(level: str | int | None = None) -> int:
         lg = logging.getLogger(name)
         lg.setLevel(lvl)
         if not logging.getLogger().handlers and not any(
-                getattr(h, "_pfedma", False) for h in lg.handlers):
+            getattr(h, "_pfedma", False) for h in lg.handlers
+        ):
             h = logging.StreamHandler(sys.stderr)
             h.setFormatter(logging.Formatter("%(levelname)-8s: %(name)s: %(message)s"))
             h._pfedma = True  # type: ignore[attr-defined]  # marks our handler: added once
@@ -216,11 +225,13 @@ def query_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
     """
     of = f"/{acc.total}" if acc.total else ""
     verdict = "correct" if rec.get("correct") is True else "wrong"
-    return (f"[pfedma] query {acc.done}{of} {_short(rec.get('benchmark', '?'), 20)}/"
-            f"{_short(rec.get('query_id', '?'), 30)}: {verdict}, answer "
-            f"{_short(rec.get('answer', ''))!r} (gold {_short(rec.get('gold', ''))!r}), "
-            f"{_n(rec.get('rounds'))} rounds, {_short(rec.get('stop_reason', '?'), 30)} | "
-            f"{_acc(acc.correct, acc.done)}")
+    return (
+        f"[pfedma] query {acc.done}{of} {_short(rec.get('benchmark', '?'), 20)}/"
+        f"{_short(rec.get('query_id', '?'), 30)}: {verdict}, answer "
+        f"{_short(rec.get('answer', ''))!r} (gold {_short(rec.get('gold', ''))!r}), "
+        f"{_n(rec.get('rounds'))} rounds, {_short(rec.get('stop_reason', '?'), 30)} | "
+        f"{_acc(acc.correct, acc.done)}"
+    )
 
 
 def round_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
@@ -235,12 +246,14 @@ def round_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
     failed = len(failures) if isinstance(failures, Mapping) else 0
     of = f"/{acc.total}" if acc.total else ""
     per_bench = ", ".join(f"{b} {c}/{d}" for b, (c, d) in sorted(acc.by_benchmark.items()))
-    return (f"[pfedma] round {_n(rec.get('round'))}: {_n(m.get('select/num_queries'))} queries, "
-            f"{_n(m.get('anomaly/num_retained'))} retained / "
-            f"{_n(m.get('anomaly/num_filtered'))} filtered, {failed} failed, "
-            f"{_n(m.get('cost/tokens'))} tokens, {_n(m.get('cost/backend_calls'))} backend calls, "
-            f"{_n(m.get('rules/num_global'))} global rules | {acc.done}{of} queries done, "
-            f"{_acc(acc.correct, acc.done)}" + (f" ({per_bench})" if per_bench else ""))
+    return (
+        f"[pfedma] round {_n(rec.get('round'))}: {_n(m.get('select/num_queries'))} queries, "
+        f"{_n(m.get('anomaly/num_retained'))} retained / "
+        f"{_n(m.get('anomaly/num_filtered'))} filtered, {failed} failed, "
+        f"{_n(m.get('cost/tokens'))} tokens, {_n(m.get('cost/backend_calls'))} backend calls, "
+        f"{_n(m.get('rules/num_global'))} global rules | {acc.done}{of} queries done, "
+        f"{_acc(acc.correct, acc.done)}" + (f" ({per_bench})" if per_bench else "")
+    )
 
 
 class LiveProgress:
@@ -261,10 +274,15 @@ class LiveProgress:
         Seconds between polls.
     """
 
-    def __init__(self, *, output_dir: Path, total: int | None = None,
-                 emit: Callable[[str], None] | None = None,
-                 on_round: Callable[[Mapping[str, Any], RunningAccuracy], None] | None = None,
-                 interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        output_dir: Path,
+        total: int | None = None,
+        emit: Callable[[str], None] | None = None,
+        on_round: Callable[[Mapping[str, Any], RunningAccuracy], None] | None = None,
+        interval: float = 1.0,
+    ) -> None:
         if interval <= 0:
             raise ValueError(f"LiveProgress: interval must be > 0, got {interval}")
         self.rounds = JsonlTail(Path(output_dir) / "rounds.jsonl")

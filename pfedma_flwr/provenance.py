@@ -25,8 +25,17 @@ from pfedma_flwr.results import write_json_atomic
 RUN_INFO = "run_info.json"
 
 #: distributions whose versions decide what a run computes
-VERSIONED = ("pfedma-flwr", "flwr", "torch", "transformers", "sentence-transformers",
-             "llama_cpp_python", "openai", "numpy", "presidio-analyzer")
+VERSIONED = (
+    "pfedma-flwr",
+    "flwr",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "llama_cpp_python",
+    "openai",
+    "numpy",
+    "presidio-analyzer",
+)
 
 
 def now() -> str:
@@ -51,12 +60,20 @@ def git_commit(root: Path | None = None) -> str | None:
     if root == PACKAGE_DIR.parent and not is_source_tree():
         return None
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uno"],
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "-uno"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
@@ -97,9 +114,12 @@ def update_run_info(path: Path | str, fields: Mapping[str, Any]) -> dict[str, An
 def base_run_info(cfg: Any = None) -> dict[str, Any]:
     """Provenance every writer records: versions, commit, platform, and the config's seed/model."""
     info: dict[str, Any] = {
-        "pfedma_version": __version__, "packages": package_versions(),
-        "git_commit": git_commit(), "python": sys.version.split()[0],
-        "platform": platform.platform(), "host_cpus": os.cpu_count(),
+        "pfedma_version": __version__,
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host_cpus": os.cpu_count(),
     }
     if cfg is not None:
         info.update(seed=cfg.seed, model=model_info(cfg.agent.backend))

@@ -32,8 +32,11 @@ def _save(plt: Any, fig: Any, path: Path) -> None:
 
 
 def _accuracy(plt: Any, run: rep.RunDir, out: Path) -> bool:
-    acc = {k: v for k, v in rep._obj(run.summary.get("accuracy_by_benchmark")).items()
-           if isinstance(v, int | float)}
+    acc = {
+        k: v
+        for k, v in rep._obj(run.summary.get("accuracy_by_benchmark")).items()
+        if isinstance(v, int | float)
+    }
     if not acc:
         return False
     fig, ax = plt.subplots(figsize=(max(3.0, 1.2 * len(acc) + 1.5), 3.2))
@@ -53,11 +56,13 @@ def _accuracy_rounds(plt: Any, run: rep.RunDir, out: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     x = [a.round for a in rows]
-    ax.plot(x, [100 * a.correct / a.done for a in rows], marker="o", color="black",
-            label="all")
+    ax.plot(x, [100 * a.correct / a.done for a in rows], marker="o", color="black", label="all")
     for b in sorted({b for a in rows for b in a.by_benchmark}):
-        pts = [(a.round, 100 * a.by_benchmark[b][0] / a.by_benchmark[b][1]) for a in rows
-               if a.by_benchmark.get(b, [0, 0])[1]]
+        pts = [
+            (a.round, 100 * a.by_benchmark[b][0] / a.by_benchmark[b][1])
+            for a in rows
+            if a.by_benchmark.get(b, [0, 0])[1]
+        ]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linestyle="--", label=b)
     ax.set_xticks(x)
     ax.set_ylim(0, 100)
@@ -76,8 +81,13 @@ def _rounds(plt: Any, run: rep.RunDir, out: Path) -> bool:
     x = [r["round"] for r in table]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.0, 3.2))
     a1.bar(x, [r["retained"] for r in table], label="retained", color="#55a868")
-    a1.bar(x, [r["filtered"] for r in table], bottom=[r["retained"] for r in table],
-           label="filtered", color="#c44e52")
+    a1.bar(
+        x,
+        [r["filtered"] for r in table],
+        bottom=[r["retained"] for r in table],
+        label="filtered",
+        color="#c44e52",
+    )
     a1.set_xlabel("Flower round")
     a1.set_ylabel("answers")
     a1.legend()
@@ -92,8 +102,15 @@ def _rounds(plt: Any, run: rep.RunDir, out: Path) -> bool:
     return True
 
 
-def _heatmap(plt: Any, ax: Any, values: list[list[float]], rows: list[str], cols: list[str],
-             fmt: str, cmap: str) -> None:
+def _heatmap(
+    plt: Any,
+    ax: Any,
+    values: list[list[float]],
+    rows: list[str],
+    cols: list[str],
+    fmt: str,
+    cmap: str,
+) -> None:
     im = ax.imshow(values, aspect="auto", cmap=cmap)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xticks(range(len(cols)), cols, fontsize=8)
@@ -110,10 +127,13 @@ def _selection(plt: Any, run: rep.RunDir, out: Path) -> bool:
         return False
     clients = sorted({s["client"] for s in sel})
     rounds = sorted({s["round"] for s in sel})
-    counts = [[float(sum(1 for s in sel if s["client"] == c and s["round"] == r))
-               for r in rounds] for c in clients]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(rounds) + 3), max(2.5, 0.3 * len(clients)
-                                                                          + 1.2)))
+    counts = [
+        [float(sum(1 for s in sel if s["client"] == c and s["round"] == r)) for r in rounds]
+        for c in clients
+    ]
+    fig, ax = plt.subplots(
+        figsize=(max(4.0, 0.5 * len(rounds) + 3), max(2.5, 0.3 * len(clients) + 1.2))
+    )
     _heatmap(plt, ax, counts, clients, [str(r) for r in rounds], ".0f", "Blues")
     ax.set_xlabel("Flower round")
     ax.set_title("selections per client and round")
@@ -127,8 +147,9 @@ def _capability(plt: Any, run: rep.RunDir, out: Path) -> bool:
         return False
     cols = [k for k in table[0] if k != "client"]
     values = [[float(rep._num(r.get(k))) for k in cols] for r in table]
-    fig, ax = plt.subplots(figsize=(max(3.5, 0.9 * len(cols) + 2.5), max(2.5, 0.3 * len(table)
-                                                                         + 1.2)))
+    fig, ax = plt.subplots(
+        figsize=(max(3.5, 0.9 * len(cols) + 2.5), max(2.5, 0.3 * len(table) + 1.2))
+    )
     _heatmap(plt, ax, values, [r["client"] for r in table], cols, ".2f", "viridis")
     ax.set_title("routing state: capability C per domain, reliability S")
     _save(plt, fig, out / rep.CAPABILITY_PNG)
@@ -155,9 +176,14 @@ def _rules(plt: Any, run: rep.RunDir, out: Path) -> bool:
 
 
 #: file name -> drawer, in the order report.md shows them
-_DRAWERS = ((rep.ACCURACY_PNG, _accuracy), (rep.ACCURACY_ROUNDS_PNG, _accuracy_rounds),
-            (rep.ROUNDS_PNG, _rounds), (rep.SELECTION_PNG, _selection),
-            (rep.CAPABILITY_PNG, _capability), (rep.RULES_PNG, _rules))
+_DRAWERS = (
+    (rep.ACCURACY_PNG, _accuracy),
+    (rep.ACCURACY_ROUNDS_PNG, _accuracy_rounds),
+    (rep.ROUNDS_PNG, _rounds),
+    (rep.SELECTION_PNG, _selection),
+    (rep.CAPABILITY_PNG, _capability),
+    (rep.RULES_PNG, _rules),
+)
 
 
 def write_plots(run: rep.RunDir, out: Path) -> list[str]:

@@ -23,9 +23,13 @@ class TrackingError(ValueError):
 
 
 class _Accuracy(Protocol):
-    done: int
-    correct: int
-    by_benchmark: dict[str, list[int]]
+    # read-only: progress.RunningAccuracy and the frozen report.RoundAccuracy both fit
+    @property
+    def done(self) -> int: ...
+    @property
+    def correct(self) -> int: ...
+    @property
+    def by_benchmark(self) -> dict[str, list[int]]: ...
 
 
 def _num(v: Any) -> float | None:
@@ -40,17 +44,18 @@ def round_scalars(rec: Mapping[str, Any], acc: _Accuracy | None = None) -> dict[
     """
     out: dict[str, float] = {}
     metrics = rec.get("metrics")
-    for k, v in (metrics.items() if isinstance(metrics, Mapping) else ()):
+    for k, v in metrics.items() if isinstance(metrics, Mapping) else ():
         x = _num(v)
         if x is not None:
             out[str(k)] = x
     rules = rec.get("rules")
     h = rules.get("h_scores") if isinstance(rules, Mapping) else None
     if isinstance(h, Mapping):
-        out["rules/num_active"] = float(sum(
-            1 for v in h.values() if isinstance(v, list | tuple) and len(v) > 2 and v[2]))
+        out["rules/num_active"] = float(
+            sum(1 for v in h.values() if isinstance(v, list | tuple) and len(v) > 2 and v[2])
+        )
     clients = rec.get("clients")
-    for cid, c in (clients.items() if isinstance(clients, Mapping) else ()):
+    for cid, c in clients.items() if isinstance(clients, Mapping) else ():
         t = _num(c.get("tokens")) if isinstance(c, Mapping) else None
         if t is not None:
             out[f"clients/{cid}/tokens"] = t
@@ -125,8 +130,9 @@ def make_tracker(backend: str, target: Path | str) -> Tracker | None:
         raise TrackingError(f"tracking backend {backend!r} is not one of {', '.join(BACKENDS)}")
     module = "tensorboard" if name == "tensorboard" else "mlflow"
     if importlib.util.find_spec(module) is None:
-        raise TrackingError(f"tracking backend {name!r} needs the {module!r} package: "
-                            f"pip install {module}")
+        raise TrackingError(
+            f"tracking backend {name!r} needs the {module!r} package: pip install {module}"
+        )
     return Tracker(backend=name, target=target)
 
 

@@ -20,11 +20,14 @@ def test_env_carries_the_log_level_flag_else_the_users_else_info(monkeypatch, tm
     assert launch._env(tmp_path, 39999, "debug")[LOG_LEVEL_ENV] == "DEBUG"
 
 
-@pytest.mark.parametrize("given,expected", [
-    ("", "output.progress=false"),
-    ("strategy.t_max=3", "strategy.t_max=3 output.progress=false"),
-    ("output.progress=true", "output.progress=true"),  # the user's choice stands
-])
+@pytest.mark.parametrize(
+    "given,expected",
+    [
+        ("", "output.progress=false"),
+        ("strategy.t_max=3", "strategy.t_max=3 output.progress=false"),
+        ("output.progress=true", "output.progress=true"),  # the user's choice stands
+    ],
+)
 def test_launcher_turns_the_servers_bar_off_unless_told(given, expected):
     assert launch.with_launcher_overrides(given) == expected
 
@@ -57,10 +60,13 @@ class _Fake:
 
     def follow(self, run_id, env, log_path, timeout):
         # the run writes its records while the launcher follows it
-        (self.out / "rounds.jsonl").write_text(json.dumps(
-            {"round": 1, "metrics": {"cost/tokens": 50, "select/num_queries": 2}}) + "\n")
-        (self.out / "queries.jsonl").write_text(json.dumps(
-            {"query_id": "q0", "benchmark": "gsm8k", "correct": True, "rounds": 1}) + "\n")
+        (self.out / "rounds.jsonl").write_text(
+            json.dumps({"round": 1, "metrics": {"cost/tokens": 50, "select/num_queries": 2}}) + "\n"
+        )
+        (self.out / "queries.jsonl").write_text(
+            json.dumps({"query_id": "q0", "benchmark": "gsm8k", "correct": True, "rounds": 1})
+            + "\n"
+        )
         (self.out / "summary.json").write_text(json.dumps({"status": "completed"}))
         return "finished:completed"
 
@@ -74,14 +80,24 @@ def fake(monkeypatch, tmp_path):
     return f
 
 
-def test_run_passes_level_and_progress_override_and_prints_live_lines(fake, capsys,
-                                                                      monkeypatch):
+def test_run_passes_level_and_progress_override_and_prints_live_lines(fake, capsys, monkeypatch):
     from pfedma_flwr import progress
 
     levels: list[str] = []
     monkeypatch.setattr(progress, "configure_logging", levels.append)  # the launcher's own
-    rc = launch.main(["run", "--config", "tiny", "--num-clients", "2", "--output-dir",
-                      str(fake.out), "--log-level", "debug"])
+    rc = launch.main(
+        [
+            "run",
+            "--config",
+            "tiny",
+            "--num-clients",
+            "2",
+            "--output-dir",
+            str(fake.out),
+            "--log-level",
+            "debug",
+        ]
+    )
     assert rc == 0
     run_cfg = fake.calls[0][fake.calls[0].index("--run-config") + 1]
     assert 'overrides="output.progress=false"' in run_cfg
@@ -92,8 +108,10 @@ def test_run_passes_level_and_progress_override_and_prints_live_lines(fake, caps
 
 
 def test_no_progress_prints_no_lines_and_leaves_the_servers_bar(fake, capsys):
-    assert launch.main(["run", "--config", "tiny", "--output-dir", str(fake.out),
-                        "--no-progress"]) == 0
+    assert (
+        launch.main(["run", "--config", "tiny", "--output-dir", str(fake.out), "--no-progress"])
+        == 0
+    )
     run_cfg = fake.calls[0][fake.calls[0].index("--run-config") + 1]
     assert 'overrides=""' in run_cfg
     assert "[pfedma] query" not in capsys.readouterr().out
@@ -101,8 +119,12 @@ def test_no_progress_prints_no_lines_and_leaves_the_servers_bar(fake, capsys):
 
 def test_tensorboard_tracking_writes_event_files_from_the_round_records(fake):
     pytest.importorskip("tensorboard")
-    assert launch.main(["run", "--config", "tiny", "--output-dir", str(fake.out),
-                        "--tracking", "tensorboard"]) == 0
+    assert (
+        launch.main(
+            ["run", "--config", "tiny", "--output-dir", str(fake.out), "--tracking", "tensorboard"]
+        )
+        == 0
+    )
     events = list((fake.out / "tracking").glob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0
 
@@ -111,9 +133,14 @@ def test_missing_tracker_fails_before_a_superlink_starts(fake, monkeypatch, caps
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "mlflow" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a)
+    )
     monkeypatch.setattr(launch, "start_superlink", lambda *a: pytest.fail("started"))
-    assert launch.main(["run", "--config", "tiny", "--output-dir", str(fake.out),
-                        "--tracking", "mlflow"]) == 1
+    assert (
+        launch.main(
+            ["run", "--config", "tiny", "--output-dir", str(fake.out), "--tracking", "mlflow"]
+        )
+        == 1
+    )
     assert "needs the 'mlflow' package: pip install mlflow" in capsys.readouterr().err

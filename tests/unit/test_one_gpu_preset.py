@@ -22,7 +22,8 @@ def test_every_endpoint_is_the_same_local_server_and_model():
     cfg = _cfg()
     sections = [cfg.agent.backend, cfg.anomaly.judge_backend, cfg.routing.llm_backend]
     assert {(b.name, b.base_url, b.model) for b in sections} == {
-        ("openai", "http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-7B-Instruct")}
+        ("openai", "http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-7B-Instruct")
+    }
     assert cfg.anomaly.judge == "llm"
     # a key variable is named, never a key
     assert {b.api_key_env for b in sections} == {"PFEDMA_LOCAL_API_KEY"}
@@ -52,10 +53,17 @@ def test_the_docs_start_the_server_the_preset_points_at():
 
 def test_overriding_the_url_points_every_section_elsewhere():
     url = "http://127.0.0.1:9999/v1"
-    cfg = _cfg(" ".join(f"{s}.base_url={url}" for s in
-                        ("agent.backend", "anomaly.judge_backend", "routing.llm_backend")))
-    assert {cfg.agent.backend.base_url, cfg.anomaly.judge_backend.base_url,
-            cfg.routing.llm_backend.base_url} == {url}
+    cfg = _cfg(
+        " ".join(
+            f"{s}.base_url={url}"
+            for s in ("agent.backend", "anomaly.judge_backend", "routing.llm_backend")
+        )
+    )
+    assert {
+        cfg.agent.backend.base_url,
+        cfg.anomaly.judge_backend.base_url,
+        cfg.routing.llm_backend.base_url,
+    } == {url}
 
 
 def test_launcher_reserves_no_gpu_and_one_cpu_per_endpoint_client(monkeypatch, tmp_path):
@@ -73,4 +81,5 @@ def test_launcher_reserves_no_gpu_and_one_cpu_per_endpoint_client(monkeypatch, t
     assert fed == "num-supernodes=4 client-resources-num-cpus=1 client-resources-num-gpus=0"
     launch.run(config="one_gpu", num_clients=4, output_dir=tmp_path / "o", gpus_per_client=0.25)
     assert seen[1][seen[1].index("--federation-config") + 1].endswith(
-        "client-resources-num-gpus=0.25")
+        "client-resources-num-gpus=0.25"
+    )

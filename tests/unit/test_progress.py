@@ -10,14 +10,38 @@ import pytest
 
 from pfedma_flwr import progress as pg
 
-ROUND_1 = {"round": 1, "failures": {"partition-2": "timeout"},
-           "metrics": {"select/num_queries": 4, "anomaly/num_retained": 6,
-                       "anomaly/num_filtered": 2, "cost/tokens": 900, "cost/backend_calls": 6,
-                       "rules/num_global": 3}}
-Q = [{"query_id": "q0", "benchmark": "gsm8k", "answer": "42", "gold": "42", "correct": True,
-      "rounds": 2, "stop_reason": "t_max"},
-     {"query_id": "q1", "benchmark": "medqa", "answer": "B", "gold": "C", "correct": False,
-      "rounds": 1, "stop_reason": "orchestrator_stop"}]
+ROUND_1 = {
+    "round": 1,
+    "failures": {"partition-2": "timeout"},
+    "metrics": {
+        "select/num_queries": 4,
+        "anomaly/num_retained": 6,
+        "anomaly/num_filtered": 2,
+        "cost/tokens": 900,
+        "cost/backend_calls": 6,
+        "rules/num_global": 3,
+    },
+}
+Q = [
+    {
+        "query_id": "q0",
+        "benchmark": "gsm8k",
+        "answer": "42",
+        "gold": "42",
+        "correct": True,
+        "rounds": 2,
+        "stop_reason": "t_max",
+    },
+    {
+        "query_id": "q1",
+        "benchmark": "medqa",
+        "answer": "B",
+        "gold": "C",
+        "correct": False,
+        "rounds": 1,
+        "stop_reason": "orchestrator_stop",
+    },
+]
 
 
 def _append(path: Path, *recs: dict, tail: str = "") -> None:
@@ -30,14 +54,17 @@ def test_query_and_round_lines_carry_the_running_accuracy():
     acc.add(Q[0])
     assert pg.query_line(Q[0], acc) == (
         "[pfedma] query 1/6 gsm8k/q0: correct, answer '42' (gold '42'), 2 rounds, t_max | "
-        "acc 1/1 (100.0 %)")
+        "acc 1/1 (100.0 %)"
+    )
     acc.add(Q[1])
-    assert pg.query_line(Q[1], acc).endswith("wrong, answer 'B' (gold 'C'), 1 rounds, "
-                                             "orchestrator_stop | acc 1/2 (50.0 %)")
+    assert pg.query_line(Q[1], acc).endswith(
+        "wrong, answer 'B' (gold 'C'), 1 rounds, orchestrator_stop | acc 1/2 (50.0 %)"
+    )
     assert pg.round_line(ROUND_1, acc) == (
         "[pfedma] round 1: 4 queries, 6 retained / 2 filtered, 1 failed, 900 tokens, "
         "6 backend calls, 3 global rules | 2/6 queries done, acc 1/2 (50.0 %) "
-        "(gsm8k 1/1, medqa 0/1)")
+        "(gsm8k 1/1, medqa 0/1)"
+    )
 
 
 def test_lines_survive_hostile_records():
@@ -49,7 +76,8 @@ def test_lines_survive_hostile_records():
     assert "wrong" in line and "acc 0/1 (0.0 %)" in line  # only a real True counts as correct
     assert pg.round_line({"metrics": "nope", "failures": [1]}, pg.RunningAccuracy()) == (
         "[pfedma] round 0: 0 queries, 0 retained / 0 filtered, 0 failed, 0 tokens, "
-        "0 backend calls, 0 global rules | 0 queries done, acc -")
+        "0 backend calls, 0 global rules | 0 queries done, acc -"
+    )
 
 
 def test_tail_returns_complete_lines_once_and_restarts_on_a_shrunk_file(tmp_path):
@@ -68,15 +96,18 @@ def test_tail_returns_complete_lines_once_and_restarts_on_a_shrunk_file(tmp_path
 def test_live_progress_prints_queries_then_rounds_and_feeds_the_tracker(tmp_path):
     lines: list[str] = []
     seen: list[tuple[int, int]] = []
-    live = pg.LiveProgress(output_dir=tmp_path, total=2, emit=lines.append,
-                           on_round=lambda rec, acc: seen.append((rec["round"], acc.done)),
-                           interval=0.01)
+    live = pg.LiveProgress(
+        output_dir=tmp_path,
+        total=2,
+        emit=lines.append,
+        on_round=lambda rec, acc: seen.append((rec["round"], acc.done)),
+        interval=0.01,
+    )
     with live:
         _append(tmp_path / "rounds.jsonl", ROUND_1)
         _append(tmp_path / "queries.jsonl", *Q)
     # the final poll on exit catches what the thread had not seen yet
-    assert [ln.split(":")[0] for ln in lines if "round" in ln.split(":")[0]] == [
-        "[pfedma] round 1"]
+    assert [ln.split(":")[0] for ln in lines if "round" in ln.split(":")[0]] == ["[pfedma] round 1"]
     assert sum(ln.startswith("[pfedma] query") for ln in lines) == 2
     assert seen and seen[0][0] == 1
 
@@ -110,12 +141,15 @@ def test_interval_must_be_positive(tmp_path):
         pg.LiveProgress(output_dir=tmp_path, interval=0)
 
 
-@pytest.mark.parametrize("line,expected", [
-    ("\x1b[92mINFO \x1b[0m: [ROUND 1]\n", "INFO : [ROUND 1]\n"),
-    # a rich bar redrawn with carriage returns: the log keeps what the terminal showed last
-    ("\x1b[?25lPFedMA 1/4\r\x1b[2KPFedMA 2/4\rPFedMA 4/4\n", "PFedMA 4/4\n"),
-    ("no newline", "no newline"),
-])
+@pytest.mark.parametrize(
+    "line,expected",
+    [
+        ("\x1b[92mINFO \x1b[0m: [ROUND 1]\n", "INFO : [ROUND 1]\n"),
+        # a rich bar redrawn with carriage returns: the log keeps what the terminal showed last
+        ("\x1b[?25lPFedMA 1/4\r\x1b[2KPFedMA 2/4\rPFedMA 4/4\n", "PFedMA 4/4\n"),
+        ("no newline", "no newline"),
+    ],
+)
 def test_plain_log_line(line, expected):
     assert pg.plain_log_line(line) == expected
 
@@ -135,9 +169,15 @@ def restore_loggers():
     console_handler.setLevel(flwr_level)
 
 
-@pytest.mark.parametrize("value,expected", [(None, logging.INFO), ("", logging.INFO),
-                                            ("debug", logging.DEBUG),
-                                            (" Warning ", logging.WARNING)])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (None, logging.INFO),
+        ("", logging.INFO),
+        ("debug", logging.DEBUG),
+        (" Warning ", logging.WARNING),
+    ],
+)
 def test_parse_log_level(value, expected):
     assert pg.parse_log_level(value) == expected
 
@@ -148,7 +188,8 @@ def test_parse_log_level_names_the_bad_value_and_where():
 
 
 def test_configure_logging_reads_the_env_and_sets_project_and_flower_levels(
-        monkeypatch, restore_loggers):
+    monkeypatch, restore_loggers
+):
     from flwr.common.logger import console_handler
 
     monkeypatch.setenv(pg.LOG_LEVEL_ENV, "WARNING")
@@ -161,8 +202,7 @@ def test_configure_logging_reads_the_env_and_sets_project_and_flower_levels(
     assert pg.configure_logging() == logging.INFO
 
 
-def test_configure_logging_adds_its_handler_once_where_root_has_none(monkeypatch,
-                                                                     restore_loggers):
+def test_configure_logging_adds_its_handler_once_where_root_has_none(monkeypatch, restore_loggers):
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
     pg.configure_logging("DEBUG")

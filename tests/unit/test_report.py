@@ -15,30 +15,70 @@ from pfedma_flwr import cli, report
 from pfedma_flwr.launch import _ANSI
 
 SUMMARY = {
-    "status": "completed", "accuracy": 0.75, "num_queries": 4, "num_clients": 3,
+    "status": "completed",
+    "accuracy": 0.75,
+    "num_queries": 4,
+    "num_clients": 3,
     "accuracy_by_benchmark": {"gsm8k": 0.5, "medqa": 1.0},
-    "rounds_per_query": 1.5, "tokens_per_query": 325.0, "backend_calls_per_query": 2.0,
-    "generation": {"answers": 12, "failed": 3, "generation_failed": 2, "max_failed_share": 0.5,
-                   "failed_by_code": {"timeout": 2, "malformed": 1},
-                   "failed_by_client": {"partition-1": {"timeout": 2}}},
+    "rounds_per_query": 1.5,
+    "tokens_per_query": 325.0,
+    "backend_calls_per_query": 2.0,
+    "generation": {
+        "answers": 12,
+        "failed": 3,
+        "generation_failed": 2,
+        "max_failed_share": 0.5,
+        "failed_by_code": {"timeout": 2, "malformed": 1},
+        "failed_by_client": {"partition-1": {"timeout": 2}},
+    },
     "stop_reasons": {"orchestrator_stop": 3, "t_max": 1},
-    "global_rules": [{"rule_id": "g1", "text": "redact a | b names", "action": "redact",
-                      "h_score": 0.25, "n_evals": 4, "active": True}],
-    "routing": {"clients": {"partition-0": {"capability": {"math": 0.6, "medicine": 0.4},
-                                            "reliability": 0.7}}},
+    "global_rules": [
+        {
+            "rule_id": "g1",
+            "text": "redact a | b names",
+            "action": "redact",
+            "h_score": 0.25,
+            "n_evals": 4,
+            "active": True,
+        }
+    ],
+    "routing": {
+        "clients": {
+            "partition-0": {"capability": {"math": 0.6, "medicine": 0.4}, "reliability": 0.7}
+        }
+    },
 }
 ROUNDS = [
-    {"round": 1, "metrics": {"select/num_queries": 4, "anomaly/num_retained": 6,
-                             "anomaly/num_filtered": 2, "cost/tokens": 900,
-                             "cost/backend_calls": 6, "queries/num_finished": 2,
-                             "rules/num_promoted": 1}},
-    {"round": 2, "metrics": {"select/num_queries": 2, "anomaly/num_retained": 3,
-                             "anomaly/num_filtered": 1, "cost/tokens": 400,
-                             "cost/backend_calls": 2, "queries/num_finished": 2}},
+    {
+        "round": 1,
+        "metrics": {
+            "select/num_queries": 4,
+            "anomaly/num_retained": 6,
+            "anomaly/num_filtered": 2,
+            "cost/tokens": 900,
+            "cost/backend_calls": 6,
+            "queries/num_finished": 2,
+            "rules/num_promoted": 1,
+        },
+    },
+    {
+        "round": 2,
+        "metrics": {
+            "select/num_queries": 2,
+            "anomaly/num_retained": 3,
+            "anomaly/num_filtered": 1,
+            "cost/tokens": 400,
+            "cost/backend_calls": 2,
+            "queries/num_finished": 2,
+        },
+    },
 ]
-QUERIES = [{"query_id": f"q{k}", "benchmark": b, "correct": c}
-           for k, (b, c) in enumerate([("gsm8k", True), ("gsm8k", False), ("medqa", True),
-                                       ("medqa", True)])]
+QUERIES = [
+    {"query_id": f"q{k}", "benchmark": b, "correct": c}
+    for k, (b, c) in enumerate(
+        [("gsm8k", True), ("gsm8k", False), ("medqa", True), ("medqa", True)]
+    )
+]
 
 
 def _run_dir(tmp_path: Path) -> Path:
@@ -53,7 +93,9 @@ def _run_dir(tmp_path: Path) -> Path:
 def test_round_table_reads_the_round_metrics():
     rows = report.round_table(ROUNDS)
     assert [(r["round"], r["retained"], r["filtered"], r["tokens"]) for r in rows] == [
-        (1, 6, 2, 900), (2, 3, 1, 400)]
+        (1, 6, 2, 900),
+        (2, 3, 1, 400),
+    ]
     assert rows[1]["promoted"] == 0  # absent metric reads as 0, not an error
 
 
@@ -95,11 +137,16 @@ def test_report_of_a_missing_dir_is_a_clear_error(tmp_path):
 
 def test_run_info_merges_and_keeps_what_a_later_writer_does_not_know(tmp_path):
     report.update_run_info(tmp_path, {"command": ["pfedma", "run"], "started_at": "t0"})
-    info = report.update_run_info(tmp_path, {"flower_run_id": 7, "command": None,
-                                             "git_commit": None})
+    info = report.update_run_info(
+        tmp_path, {"flower_run_id": 7, "command": None, "git_commit": None}
+    )
     # None keeps what another writer knew, and marks as unknown what nobody did
-    assert info == {"command": ["pfedma", "run"], "started_at": "t0", "flower_run_id": 7,
-                    "git_commit": None}
+    assert info == {
+        "command": ["pfedma", "run"],
+        "started_at": "t0",
+        "flower_run_id": 7,
+        "git_commit": None,
+    }
     assert json.loads((tmp_path / report.RUN_INFO).read_text()) == info
 
 
@@ -165,7 +212,9 @@ def test_load_frames_gives_pandas_tables(tmp_path):
     frames = report.load_frames(_run_dir(tmp_path))
     assert isinstance(frames["queries"], pd.DataFrame)
     assert frames["queries"].groupby("benchmark")["correct"].mean().to_dict() == {
-        "gsm8k": 0.5, "medqa": 1.0}
+        "gsm8k": 0.5,
+        "medqa": 1.0,
+    }
     assert frames["rounds"]["tokens"].sum() == 1300
 
 

@@ -19,27 +19,58 @@ import pytest
 from pfedma_flwr import report
 
 ROUNDS = [
-    {"round": 1, "queries": [
-        {"query_id": "q0", "t": 1, "selected": ["p0", "p1"],
-         "anomaly": {"p0": {"A": 0.1, "retained": True}, "p1": {"A": 0.9, "retained": False}}},
-        {"query_id": "q1", "t": 1, "selected": ["p1", "p2"], "anomaly": {}}],
-     "rules": {"promoted": 1, "h_scores": {"g1": [0.5, 2, True], "g2": [0.1, 1, False]}},
-     "clients": {"p0": {"tokens": 10}, "p1": {"tokens": 20}, "p2": {"tokens": 5}},
-     "metrics": {"select/num_queries": 2, "anomaly/num_retained": 3, "anomaly/num_filtered": 1,
-                 "cost/tokens": 35, "rules/num_global": 2}},
-    {"round": 2, "queries": [{"query_id": "q1", "t": 2, "selected": ["p0", "p2"]}],
-     "rules": {"promoted": 0, "h_scores": {"g1": [0.6, 3, True], "g2": [0.2, 2, True]}},
-     "metrics": {"select/num_queries": 1, "anomaly/num_retained": 2, "cost/tokens": 12,
-                 "rules/num_global": 2}},
+    {
+        "round": 1,
+        "queries": [
+            {
+                "query_id": "q0",
+                "t": 1,
+                "selected": ["p0", "p1"],
+                "anomaly": {
+                    "p0": {"A": 0.1, "retained": True},
+                    "p1": {"A": 0.9, "retained": False},
+                },
+            },
+            {"query_id": "q1", "t": 1, "selected": ["p1", "p2"], "anomaly": {}},
+        ],
+        "rules": {"promoted": 1, "h_scores": {"g1": [0.5, 2, True], "g2": [0.1, 1, False]}},
+        "clients": {"p0": {"tokens": 10}, "p1": {"tokens": 20}, "p2": {"tokens": 5}},
+        "metrics": {
+            "select/num_queries": 2,
+            "anomaly/num_retained": 3,
+            "anomaly/num_filtered": 1,
+            "cost/tokens": 35,
+            "rules/num_global": 2,
+        },
+    },
+    {
+        "round": 2,
+        "queries": [{"query_id": "q1", "t": 2, "selected": ["p0", "p2"]}],
+        "rules": {"promoted": 0, "h_scores": {"g1": [0.6, 3, True], "g2": [0.2, 2, True]}},
+        "metrics": {
+            "select/num_queries": 1,
+            "anomaly/num_retained": 2,
+            "cost/tokens": 12,
+            "rules/num_global": 2,
+        },
+    },
 ]
-QUERIES = [{"query_id": "q0", "benchmark": "gsm8k", "correct": True, "rounds": 1},
-           {"query_id": "q1", "benchmark": "medqa", "correct": False, "rounds": 2},
-           {"query_id": "q2", "benchmark": "gsm8k", "correct": True, "rounds": 0}]
-SUMMARY = {"status": "completed", "accuracy": 2 / 3,
-           "accuracy_by_benchmark": {"gsm8k": 1.0, "medqa": 0.0},
-           "routing": {"clients": {
-               "p0": {"capability": {"math": 0.6, "medicine": 0.4}, "reliability": 0.7},
-               "p1": {"capability": {"math": 0.2}, "reliability": 0.3}}}}
+QUERIES = [
+    {"query_id": "q0", "benchmark": "gsm8k", "correct": True, "rounds": 1},
+    {"query_id": "q1", "benchmark": "medqa", "correct": False, "rounds": 2},
+    {"query_id": "q2", "benchmark": "gsm8k", "correct": True, "rounds": 0},
+]
+SUMMARY = {
+    "status": "completed",
+    "accuracy": 2 / 3,
+    "accuracy_by_benchmark": {"gsm8k": 1.0, "medqa": 0.0},
+    "routing": {
+        "clients": {
+            "p0": {"capability": {"math": 0.6, "medicine": 0.4}, "reliability": 0.7},
+            "p1": {"capability": {"math": 0.2}, "reliability": 0.3},
+        }
+    },
+}
 
 
 def _run_dir(tmp_path: Path) -> Path:
@@ -64,14 +95,22 @@ def test_selection_capability_and_rule_tables():
     for s in sel:
         counts[(s["client"], s["round"])] = counts.get((s["client"], s["round"]), 0) + 1
     assert counts == {("p0", 1): 1, ("p1", 1): 2, ("p2", 1): 1, ("p0", 2): 1, ("p2", 2): 1}
-    assert sel[1] == {"round": 1, "query_id": "q0", "t": 1, "client": "p1", "A": 0.9,
-                      "retained": False}
+    assert sel[1] == {
+        "round": 1,
+        "query_id": "q0",
+        "t": 1,
+        "client": "p1",
+        "A": 0.9,
+        "retained": False,
+    }
     assert report.capability_table(SUMMARY) == [
         {"client": "p0", "S": 0.7, "C math": 0.6, "C medicine": 0.4},
-        {"client": "p1", "S": 0.3, "C math": 0.2, "C medicine": None}]
+        {"client": "p1", "S": 0.3, "C math": 0.2, "C medicine": None},
+    ]
     assert report.rule_coverage(ROUNDS) == [
         {"round": 1, "global": 2, "active": 1, "promoted": 1},
-        {"round": 2, "global": 2, "active": 2, "promoted": 0}]
+        {"round": 2, "global": 2, "active": 2, "promoted": 0},
+    ]
 
 
 def test_every_plot_the_issue_lists_is_written_and_linked(tmp_path):
@@ -100,8 +139,7 @@ def test_load_run_gives_every_table_as_a_frame(tmp_path):
     pytest.importorskip("pandas")
     f = report.load_run(_run_dir(tmp_path))
     assert set(f) == {"queries", "rounds", "accuracy", "selections", "capability", "rules"}
-    assert f["accuracy"].set_index("round")["accuracy"].round(4).to_dict() == {1: 1.0,
-                                                                              2: 0.6667}
+    assert f["accuracy"].set_index("round")["accuracy"].round(4).to_dict() == {1: 1.0, 2: 0.6667}
     assert f["accuracy"]["acc/medqa"].tolist()[1] == 0.0
     assert f["selections"].groupby("client").size().to_dict() == {"p0": 2, "p1": 2, "p2": 2}
     assert f["capability"].set_index("client")["S"].to_dict() == {"p0": 0.7, "p1": 0.3}
@@ -153,7 +191,9 @@ def test_tracking_real_tensorboard_events(tmp_path):
     ea = EventAccumulator(str(tmp_path / "tb"))
     ea.Reload()
     assert [(e.step, round(e.value, 4)) for e in ea.Scalars("queries/accuracy")] == [
-        (1, 1.0), (2, 0.6667)]
+        (1, 1.0),
+        (2, 0.6667),
+    ]
 
 
 def test_unknown_tracking_backend_is_named():
