@@ -101,9 +101,20 @@ def start_superlink(flwr_home: Path, port: int, log_dir: Path) -> subprocess.Pop
 
 
 def stop_superlink(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the SuperLink and its children (superexec, simulation) by process group."""
+    """Stop the SuperLink, its process group and every process it started.
+
+    The superexec starts the simulation and Ray in a process group of its own, so a run
+    stopped midway (Ctrl-C, timeout) left Ray's ClientApp actors behind when only the
+    SuperLink's group was signalled: its descendants are collected first, then stopped too.
+    """
+    import psutil
+
     if proc.poll() is not None:
         return
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
@@ -111,6 +122,17 @@ def stop_superlink(proc: subprocess.Popen[bytes]) -> None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
+            pass
+    for p in descendants:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(descendants, timeout=10)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
             pass
 
 

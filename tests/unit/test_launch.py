@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +147,28 @@ def test_missing_tracker_fails_before_a_superlink_starts(fake, monkeypatch, caps
         == 1
     )
     assert "needs the 'mlflow' package: pip install mlflow" in capsys.readouterr().err
+
+
+def test_stopping_the_superlink_also_stops_what_it_started_in_other_process_groups(tmp_path):
+    import psutil
+
+    pidfile = tmp_path / "child.pid"
+    # the "superexec": a child in a session (process group) of its own, like Ray's actors
+    code = (
+        "import subprocess, sys, time\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],"
+        " start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
+        "time.sleep(300)\n"
+    )
+    link = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    child = psutil.Process(int(pidfile.read_text()))
+    assert os.getpgid(child.pid) != os.getpgid(link.pid)
+    launch.stop_superlink(link)
+    assert link.poll() is not None
+    child.wait(timeout=10)  # gone (a leftover would raise TimeoutExpired)
+    assert not child.is_running()
