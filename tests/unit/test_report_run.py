@@ -233,3 +233,11 @@ def test_model_info_hashes_a_small_embedded_model_without_a_recorded_digest():
 
     info = model_info(Backend())
     assert info["file"] == path.name and info["sha256"] == file_sha256(path)
+
+
+def test_docs_list_every_plot_and_frame():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reporting.md").read_text()
+    for png in report.PLOTS:
+        assert f"`{png}`" in text, png
+    for frame in ("queries", "rounds", "accuracy", "selections", "capability", "rules"):
+        assert f'f["{frame}"]' in text, frame
