@@ -11,8 +11,10 @@ import yaml
 
 pytest.importorskip("verl", reason="veRL is the optional 'train' extra (pip install -e '.[train]')")
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+
+from pfedma_flwr.training.__main__ import main  # noqa: E402
+from pfedma_flwr.training.ppo_config import compose_ppo_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf" / "training"
@@ -43,8 +45,7 @@ def overrides(tmp_path):
 
 
 def composed(tmp_path):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="ppo_router_r1", overrides=overrides(tmp_path))
+    return compose_ppo_config(overrides(tmp_path))
 
 
 def leaves(d, prefix=""):
@@ -93,6 +94,18 @@ def test_router_r1_settings_compose_and_pass_verl_validation(tmp_path):
     assert need_critic(cfg) and need_reference_policy(cfg)
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg),
                     use_critic=need_critic(cfg))
+
+
+def test_check_config_command(tmp_path, capsys):
+    assert main(["check-config", *overrides(tmp_path)]) == 0
+    assert "passes veRL's checks" in capsys.readouterr().out
+    # without dynamic batching, a mini batch of 128 exceeds the batch of 64: veRL refuses it
+    bad = [*overrides(tmp_path), "actor_rollout_ref.actor.use_dynamic_bsz=false",
+           "actor_rollout_ref.actor.ppo_mini_batch_size=128"]
+    assert main(["check-config", *bad]) == 2
+    assert "ppo_mini_batch_size" in capsys.readouterr().err
+    # a model path is required (the yaml leaves it ???)
+    assert main(["check-config"]) == 2
 
 
 def test_agent_loop_registration_file():
