@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf" / "training"
+from pfedma_flwr.resources import conf_dir
+
+# conf/training in a checkout, pfedma_flwr/_conf/training in a wheel
+CONFIG_DIR = conf_dir() / "training"
 CONFIG_NAME = "ppo_router_r1"
 
 
