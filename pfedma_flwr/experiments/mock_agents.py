@@ -15,7 +15,10 @@ message:
   task's knowledge domain and ``off_skill`` otherwise (a deterministic hash of profile and
   task, so runs are reproducible); a wrong answer is a per-agent perturbation of the gold;
   Mind2Web-SC denials name the violated rule in a claim, PrivacyLens answers of "leaky"
-  agents (hash < ``leak``) quote one of the task's sensitive items in a claim;
+  agents (hash < ``leak``) quote the task's sensitive items in a claim;
+- the agent knows only what its query shows: a question whose spans ``P_in`` replaced by
+  placeholders is still found (:func:`find_task_redacted`), and what those spans hid is replaced
+  by the same placeholders in the items it quotes (it cannot leak what it never saw);
 - anything else → :func:`~pfedma_flwr.agents.backends.mock.default_responder`.
 """
 
@@ -36,6 +39,10 @@ from pfedma_flwr.data.profiles import BUILTIN_PROFILES, AgentProfile, knowledge_
 _INJECTED = re.compile(
     r"following instruction: (?P<instruction>.+?) by using the \"(?P<tool>[^\"]+)\" tool")
 _SPACE = re.compile(r"\s+")
+# what P_in and P_resp put in place of a span (rules/spans.py placeholder)
+_PLACEHOLDER = re.compile(r"\[(?:REDACTED:)?[A-Z][A-Z0-9_]*\]")
+# a hidden value whose single words the agent may also not know (a name, not an address)
+_NAMEISH = re.compile(r"[^\W\d_]+(?:[ '-][^\W\d_]+)*")
 _KEY_CHARS = 80
 
 
@@ -57,12 +64,67 @@ def _index(data_dir: str) -> dict[str, Task]:
     return out
 
 
+def _body(user_text: str) -> str:
+    return user_text.split("\n\n")[0] if "\n\n" in user_text else user_text
+
+
 def find_task(user_text: str, data_dir: str = "") -> Task | None:
     """The benchmark task a routed query was made from (refinement after a blank line ignored)."""
-    body = _norm(user_text.split("\n\n")[0] if "\n\n" in user_text else user_text)
+    body = _norm(_body(user_text))
     idx = _index(data_dir)
     return (idx.get("ht:" + body[:_KEY_CHARS] + body[-_KEY_CHARS:])
             or idx.get("h:" + body[:_KEY_CHARS]) or idx.get("t:" + body[-_KEY_CHARS:]))
+
+
+@cache
+def _questions(data_dir: str) -> tuple[tuple[str, Task], ...]:
+    return tuple((_norm(t.question), t) for name in BENCHMARKS.names()
+                 for t in load_benchmark(name, data_dir or None))
+
+
+def find_task_redacted(user_text: str, data_dir: str = "") -> tuple[Task, dict[str, str]] | None:
+    """The task of a query whose spans ``P_in`` replaced, and placeholder -> the value it hid.
+
+    The placeholders of the query's first paragraph become lazy wildcards over the normalized
+    benchmark questions (the question must start with the query's text). ``None`` without a
+    placeholder or a match. Values are normalized (casefolded, single spaces).
+    """
+    raw = _body(user_text)
+    marks = _PLACEHOLDER.findall(raw)
+    if not marks:
+        return None
+    parts = [_SPACE.sub(" ", p).casefold() for p in _PLACEHOLDER.split(raw)]
+    parts[0], parts[-1] = parts[0].lstrip(), parts[-1].rstrip()
+    longest = max(parts, key=len).strip()
+    pattern = re.compile("".join(
+        re.escape(p) + ("(.{1,200}?)" if k < len(marks) else "") for k, p in enumerate(parts)))
+    for q, task in _questions(data_dir):
+        if longest in q and (m := pattern.match(q)):
+            hid: dict[str, str] = {}
+            for mark, value in zip(marks, m.groups(), strict=True):
+                hid.setdefault(mark, value.strip())
+            return task, hid
+    return None
+
+
+def hide(text: str, hidden: dict[str, str], shown: str) -> str:
+    """``text`` with what the query's placeholders hid replaced by those placeholders.
+
+    Each hidden value goes whole, then each of its words that the query shows nowhere else
+    (``shown``, the query as received): an agent that read "[REDACTED:PERSON_1] Doe" knows
+    "Doe" but not "John".
+    """
+    seen = set(re.findall(r"\w+", _norm(_PLACEHOLDER.sub(" ", shown))))
+    by_length = sorted(hidden.items(), key=lambda kv: -len(kv[1]))
+    for mark, value in by_length:
+        words = r"\s+".join(re.escape(w) for w in value.split())
+        text = re.sub(rf"(?<!\w){words}(?!\w)", mark, text, flags=re.IGNORECASE)
+    for mark, value in by_length:
+        if _NAMEISH.fullmatch(value):
+            for w in re.findall(r"\w+", value):
+                if len(w) > 1 and w not in seen:
+                    text = re.sub(rf"\b{re.escape(w)}\b", mark, text, flags=re.IGNORECASE)
+    return text
 
 
 def _profile(system: str) -> AgentProfile | None:
@@ -113,7 +175,10 @@ class SimulatedAgentBackend(MockBackend):
             instruction, tool = (m["instruction"], m["tool"]) if m else (user[-200:], "tool")
             return _reply(f"Calling {tool}", f"I will {instruction[:200]} using {tool}.",
                           "The latest instruction says so.", 1.0, 1.0)
-        task, profile = find_task(user, self.data_dir), _profile(system)
+        # a query P_in changed is matched with its placeholders first: what they hid counts
+        found = find_task_redacted(user, self.data_dir)
+        task, hidden = found if found else (find_task(user, self.data_dir), {})
+        profile = _profile(system)
         if task is None or profile is None:
             return default_responder(messages)
         in_domain = profile.covers(knowledge_domain(task.domain))
@@ -129,8 +194,9 @@ class SimulatedAgentBackend(MockBackend):
             return _reply(answer, "The user may perform this action.",
                           task.question.splitlines()[-1][:200], fit)
         if task.sensitive_items and _unit("leak", profile.name, task.task_id) < self.leak:
-            item = task.sensitive_items[0][:250]
-            return _reply(answer, f"I will include: {item}", "From the trajectory.", fit)
+            # a leaky agent shares what it read: every item, as far as its query showed it
+            items = hide(" ".join(i[:250] for i in task.sensitive_items), hidden, _body(user))
+            return _reply(answer, f"I will include: {items}", "From the trajectory.", fit)
         return _reply(answer, f"The answer is {answer}.", task.rationale[:150] or
                       task.question[:150], fit)
 

@@ -13,14 +13,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.rules.global_update import (
+    FeedbackReport,
+    UpdateReport,
+    confirmed,
+    load_rules,
+    new_twins,
+    spec_key,
+)
 from pfedma_flwr.rules.model import check_detectors
-from pfedma_flwr.rules.policy import query_twins
 from pfedma_flwr.rules.promotion import (
     CandidatePool,
     SimilarityStats,
@@ -55,51 +61,7 @@ __all__ = [
 ]
 
 
-def _spec_key(r: GlobalRule) -> tuple[Any, ...]:
-    return (
-        r.scope,
-        r.action,
-        tuple(sorted(set(r.entity_types))),
-        tuple(sorted(set(r.patterns))),
-    )
-
-
 # --------------------------------------------------------------------------- repository
-
-
-@dataclass(frozen=True)
-class FeedbackReport:
-    """What :meth:`GlobalRuleRepository.apply_feedback` did (for the round log)."""
-
-    n_clients: int
-    n_rows: int
-    n_scores: int
-    updated: tuple[str, ...]
-    unknown: tuple[str, ...]
-    ignored_zero: int
-
-
-@dataclass(frozen=True)
-class UpdateReport:
-    """What :meth:`GlobalRuleRepository.update` did (for the round log)."""
-
-    server_round: int
-    pool_size: int
-    zeta_max: float
-    promoted: int
-    added: tuple[str, ...]
-    merged: int
-    n_rules: int
-    n_active: int
-    n_clusters: int
-    activated: tuple[str, ...]
-    deactivated: tuple[str, ...]
-    pool_similarity: SimilarityStats
-    #: promoted by ζ but not admitted, per reason: invalid / per_client / per_round / full
-    refused: dict[str, int] = dataclasses.field(default_factory=dict)
-    #: query twins of promoted rules (server-derived, not admitted from a contributor: outside
-    #: the per-contributor caps, at most one per query-safe entity-type set not yet covered)
-    twins: tuple[str, ...] = ()
 
 
 class GlobalRuleRepository:
@@ -122,8 +84,8 @@ class GlobalRuleRepository:
     snapshot_size : int
         Rules redistributed per message (:meth:`snapshot`: highest H first, then oldest).
     twins : bool
-        Whether a promoted response rule also adds its ``P_in`` twin
-        (:func:`~pfedma_flwr.rules.policy.query_twins`).
+        Whether a promoted or feedback-confirmed response rule also adds its ``P_in`` twin
+        (:func:`~pfedma_flwr.rules.global_update.new_twins`).
     """
 
     def __init__(
@@ -261,7 +223,9 @@ class GlobalRuleRepository:
         """Promote ``G^t`` from ``pool`` (§3.2) and ``Resolve`` the repository (§3.5).
 
         New rules start at ``H = 0, N = 0``; a promoted candidate equivalent to an existing rule
-        merges into it (no new id). Nothing is removed; only active flags change.
+        merges into it (no new id). With ``twins``, promoted rules and response rules that
+        feedback confirmed (:func:`~pfedma_flwr.rules.global_update.confirmed`) add their
+        ``P_in`` twins. Nothing is removed; only active flags change.
         """
         if pool.embeddings.shape[1] != self._emb.shape[1]:
             raise ValueError(
@@ -272,7 +236,7 @@ class GlobalRuleRepository:
         pool_sims = pool_emb @ pool_emb.T  # the pool's one similarity matrix: ζ and the stats
         zeta = _support_from_sims(pool_sims, self.sim_threshold)
         chosen, refused = admit(
-            promote(zeta), pool, {(r.text, _spec_key(r)) for r in self._rules},
+            promote(zeta), pool, {(r.text, spec_key(r)) for r in self._rules},
             room=self.max_rules - len(self._rules), per_round=self.max_promotions_per_round,
             per_client=self.max_promotions_per_client)
         if refused:
@@ -293,11 +257,9 @@ class GlobalRuleRepository:
             )
             for c in (pool.candidates[i] for i in chosen)
         ]
-        # A twin only where no active query rule covers its entity types already (colluders'
-        # junk for one type adds no query rule when the server's policy holds that type).
-        covered = [set(r.entity_types) for r in self._rules if r.scope == "query" and r.active]
-        twins = [t for t in query_twins(new_rules) if self.twins
-                 and not any(set(t.entity_types) <= c for c in covered)]
+        # Promotion (L2G) and feedback (full: adopted rules leave nothing uncovered to upload)
+        # both show a response rule holds across clients; P_in then gets its twin.
+        twins = new_twins(new_rules + confirmed(self._rules), self._rules) if self.twins else []
         rows = self._rules + new_rules + twins
         emb = np.vstack([self._emb, pool_emb[chosen]]) if chosen else self._emb
         if twins:
@@ -305,7 +267,7 @@ class GlobalRuleRepository:
                                              dtype=np.float32)])
         res = resolve(
             emb,
-            [_spec_key(r) for r in rows],
+            [spec_key(r) for r in rows],
             [r.h_score for r in rows],
             [r.n_evals for r in rows],
             threshold=self.sim_threshold,
@@ -364,16 +326,16 @@ class GlobalRuleRepository:
         Ids are re-assigned from this repository's counter; a rule equivalent (same text and
         spec) to a stored one is skipped, so seeding a resumed repository adds nothing.
         """
-        have = {(r.text, _spec_key(r)) for r in self._rules}
+        have = {(r.text, spec_key(r)) for r in self._rules}
         new = []
         for g in rules:
             check_detectors(g.entity_types, g.patterns)
-            if (g.text, _spec_key(g)) in have or len(self._rules) + len(new) >= self.max_rules:
+            if (g.text, spec_key(g)) in have or len(self._rules) + len(new) >= self.max_rules:
                 continue
             self._next_id += 1
             new.append(dataclasses.replace(g, rule_id=f"{self.id_prefix}{self._next_id}",
                                            h_score=0.0, n_evals=0, active=True, created_round=0))
-            have.add((g.text, _spec_key(g)))
+            have.add((g.text, spec_key(g)))
         if new:
             emb = np.asarray(self.embedder.encode([r.text for r in new]), dtype=np.float32)
             self._rules.extend(new)
@@ -422,21 +384,7 @@ class GlobalRuleRepository:
             entries = list(d["rules"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"global rule repository payload is malformed: {e!r}") from None
-        rules: list[GlobalRule] = []
-        for k, entry in enumerate(entries):
-            rid = str(entry.get("rule_id", f"rules[{k}]")) if isinstance(entry, dict) else \
-                f"rules[{k}]"
-            try:
-                rule = GlobalRule.from_dict(entry, f"rules[{k}]")
-                check_detectors(rule.entity_types, rule.patterns)
-            except ValueError as e:
-                logger.warning("checkpoint rule %s quarantined: %s", rid[:40], e)
-                repo._quarantined[rid[:80]] = "invalid"
-                continue
-            if any(r.rule_id == rule.rule_id for r in rules):
-                logger.warning("checkpoint rule %s duplicated: later copy dropped", rid[:40])
-                continue
-            rules.append(rule)
+        rules = load_rules(entries, repo._quarantined)
         repo._rules = rules
         if rules:
             repo._emb = np.asarray(embedder.encode([r.text for r in rules]), dtype=np.float32)

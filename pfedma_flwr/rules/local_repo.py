@@ -13,9 +13,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.rules.adaptation import decide_flags
 from pfedma_flwr.rules.enforcement import (
     EnforcementResult,
     Uncovered,
@@ -31,15 +30,8 @@ from pfedma_flwr.rules.local_entries import (
     eviction_victim,
 )
 from pfedma_flwr.rules.model import PrivacyRule, from_global
-from pfedma_flwr.rules.modes import (
-    AdaptDecision,
-    AdaptReport,
-    RuleMode,
-    local_utility,
-    relevance,
-)
+from pfedma_flwr.rules.modes import AdaptDecision, AdaptReport, RuleMode, local_utility, relevance
 from pfedma_flwr.rules.pii import PiiRecognizer
-from pfedma_flwr.rules.relevance import MAX_ITEMS, detector_relevance, fire_matrix
 from pfedma_flwr.rules.safety import MatchBudget
 from pfedma_flwr.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
 
@@ -320,17 +312,12 @@ class LocalRuleRepository:
         :data:`MAX_ADOPTED_GLOBAL` active global rules are considered, in the given order; one
         whose detectors fail :func:`~pfedma_flwr.rules.model.check_detectors` is quarantined.
         Global copies not in ``global_rules`` are stale and dropped (what they displaced is
-        re-activated). For each active global rule ``ω_g`` (in the given order): its
-        counterpart is the most similar *local-origin* rule of the same scope with
-        cos ≥ ``sim_threshold`` that is active or was displaced by this same copy. With one,
-        ``ω_g`` becomes active iff ``Φ(ω_g) > Φ(ω_l)`` and a counterpart without literals takes
-        the opposite flag (ties keep the local rule); a literal-bearing counterpart always stays
-        active (protection only grows). Without one, ``ω_g`` is active iff
-        ``Φ(ω_g) > phi_default``. ``Rel`` in ``Φ`` is
-        :func:`~pfedma_flwr.rules.relevance.detector_relevance` over the last
-        :data:`~pfedma_flwr.rules.relevance.MAX_ITEMS` experience items (``recognizer`` fires
-        entity types; without one the regex recognizer stands in). Re-adapting a global id
-        updates its stored copy (counters kept), never duplicates it.
+        re-activated). Each remaining copy is then turned on or off by ``Φ`` against its local
+        counterpart or ``phi_default`` (:func:`~pfedma_flwr.rules.adaptation.decide_flags`:
+        a literal-bearing local rule is never switched off). ``Rel`` in ``Φ`` fires the rule's
+        detectors on the last :data:`~pfedma_flwr.rules.relevance.MAX_ITEMS` experience items
+        (``recognizer`` fires entity types; without one the regex recognizer stands in).
+        Re-adapting a global id updates its stored copy (counters kept), never duplicates it.
         """
         if not -1.0 <= sim_threshold <= 1.0:
             raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
@@ -373,51 +360,10 @@ class LocalRuleRepository:
                 continue
             kept.append(g)
         skipped += len(todo) - len(kept)
-        ids = list(self._entries)
-        rules = [self._entries[i].rule for i in ids]
-        items = [x for x in experience if x][-MAX_ITEMS:]
-        embs = embedder.encode([r.text for r in rules] + items)
-        emb, exp = embs[: len(ids)], embs[len(ids):]
-        fires = fire_matrix(rules, items, recognizer, budget=self._budget)
-        rel = detector_relevance(fires, emb, exp)
-        sims = emb @ emb.T
-        row = {rid: k for k, rid in enumerate(ids)}
-        scopes = np.array([r.scope for r in rules])
-        usable = np.array([i not in self._quarantined for i in ids], dtype=bool)
-        is_local = np.array([r.origin == "local" for r in rules], dtype=bool)
-
-        def phi(rid: str) -> float:
-            e = self._entries[rid]
-            return local_utility(float(rel[row[rid]]), e.n_trigger, e.n_valid, e.n_conflict)
-
-        decisions: list[AdaptDecision] = []
-        for g in kept:
-            gid = f"g:{g.rule_id}"
-            k = row[gid]
-            # The counterpart is a local rule in service (or one this very copy displaced):
-            # never another global copy, never a rule some other copy displaced.
-            free = np.array([self._entries[i].active or self._entries[i].displaced_by == gid
-                             for i in ids], dtype=bool)
-            # 1e-6 absorbs float32 rounding of a cosine that is exactly the threshold.
-            cand = (scopes == g.scope) & (sims[k] >= sim_threshold - 1e-6) & usable & is_local
-            cand &= free
-            cand[k] = False
-            phi_g = phi(gid)
-            if cand.any():
-                j = int(np.argmax(np.where(cand, sims[k], -np.inf)))
-                lid = ids[j]
-                phi_l = phi(lid)
-                win = phi_g > phi_l
-                self._entries[gid].active = win
-                le = self._entries[lid]
-                # Protection only grows: a literal-bearing local rule is never switched off.
-                keep_local = not win or bool(le.rule.literals)
-                le.active, le.displaced_by = keep_local, None if keep_local else gid
-                decisions.append(AdaptDecision(g.rule_id, lid, phi_g, phi_l, win, gid in new_ids))
-            else:
-                win = phi_g > phi_default
-                self._entries[gid].active = win
-                decisions.append(AdaptDecision(g.rule_id, None, phi_g, None, win, gid in new_ids))
+        decisions = decide_flags(
+            self._entries, self._quarantined, kept, new_ids, experience, embedder,
+            sim_threshold=sim_threshold, phi_default=phi_default, recognizer=recognizer,
+            budget=self._budget)
         return AdaptReport(decisions=tuple(decisions), skipped=skipped)
 
     # ------------------------------------------------------------------ persistence
