@@ -74,11 +74,11 @@ class StrategyConfig:
     # maximum collaboration rounds per query (T_max)
     t_max: int = 2
     # maximum clients selected per query round (K_max)
-    k_max: int = 3
+    k_max: int = 2
     # queries active at once; a Flower round carries one collaboration round of each
-    batch_size: int = 10
+    batch_size: int = 20
     # seconds to wait for the replies of one Flower round
-    round_timeout: float = 900.0
+    round_timeout: float = 2400.0
     # nodes that must be connected before the run starts, and how long to wait for them
     min_nodes: int = 2
     node_wait_timeout: float = 120.0
@@ -124,7 +124,7 @@ class RoutingConfig:
     # -RQ ablation sets this false (resend the task unchanged)
     refine_query: bool = True
     # after round 1 ask only as many clients as the stopping rule still needs (heuristic)
-    adaptive_k: bool = False
+    adaptive_k: bool = True
     # refinement wording: independent (re-solve from scratch, earlier answers only listed) |
     # verify (the candidate answer and its claims, asking to verify it)
     refine_style: str = "independent"
@@ -153,10 +153,13 @@ class RulesConfig:
 class AgentConfig:
     """A client agent: backend, few-shot retrieval from D_i, experience buffer X_i."""
 
-    backend: BackendConfig = field(default_factory=BackendConfig)
-    few_shot: int = 2
+    # the main job's agent model and sampling (conf/pfedma.yaml); BackendConfig's own defaults
+    # stay those of a generic backend section (the LLM judge, the llm orchestrator)
+    backend: BackendConfig = field(default_factory=lambda: BackendConfig(
+        model="qwen2.5-coder-1.5b", max_tokens=384, temperature=0.3, n_threads=2, max_batch=16))
+    few_shot: int = 0
     # batch: one set of examples per answer format and message (shared, prefilled once) | query
-    few_shot_scope: str = "batch"
+    few_shot_scope: str = "query"
     experience_size: int = 32
     # profile names per client (client i gets profiles[i % len]); empty = built-in rotation
     profiles: list[str] = field(default_factory=list)

@@ -28,11 +28,15 @@ _NESTED_RE = re.compile(r"([a-z][a-z0-9_]*):\s+([a-z][a-z0-9_]*):")
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """Knobs of the engine (each maps to a config key in ``conf/``)."""
+    """Knobs of the engine; each maps to a config key, and defaults to that key's default.
+
+    ``server_components.build_engine`` fills every field from the config;
+    ``tests/unit/test_config_defaults.py`` checks the defaults agree with ``conf/pfedma.yaml``.
+    """
 
     t_max: int = 2
-    k_max: int = 3
-    batch_size: int = 10
+    k_max: int = 2
+    batch_size: int = 20
     min_replies: int = 1
     lambda_pool: float = 0.3
     alpha_con: float = 0.3

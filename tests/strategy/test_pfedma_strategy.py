@@ -49,7 +49,9 @@ def test_disagreement_uses_the_round_budget(federation, tmp_path: Path):
     def responder(msgs):
         return answer_json(str(len(msgs[0]["content"])))
 
-    summary, _ = federation(responder=responder)
+    # adaptive_k off: round 2 gets the full K_max = 2 places (adaptive_k, the default, would
+    # ask only the one vote a split still needs)
+    summary, _ = federation(responder=responder, overrides="routing.adaptive_k=false")
     queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
     assert all(q["rounds"] == 2 and q["stop_reason"] == "t_max" for q in queries)
     # round 2 prefers in-domain clients (not yet asked, then again) over off-domain ones

@@ -1,0 +1,97 @@
+"""The dataclass defaults are the main job's configuration (``conf/pfedma.yaml``).
+
+A strategy or unit test that builds ``PFedMAConfig()`` or ``EngineSettings()`` must run what
+the main job runs; a key that disagrees is named with both values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+from pfedma_flwr.config import CONF_DIR, PFedMAConfig, load_config
+from pfedma_flwr.query_state import EngineSettings
+
+
+def _yaml() -> dict[str, Any]:
+    data = yaml.safe_load((CONF_DIR / "pfedma.yaml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict) and data
+    return data
+
+
+def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted key → value of every scalar or list of a nested mapping."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _default(dotted: str) -> Any:
+    obj: Any = PFedMAConfig()
+    for part in dotted.split("."):
+        assert dataclasses.is_dataclass(obj), f"{dotted}: {part!r} is below a non-section"
+        assert part in {f.name for f in dataclasses.fields(obj)}, f"{dotted}: no such key"
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_every_pfedma_yaml_key_equals_its_dataclass_default():
+    leaves = _leaves(_yaml())
+    # the sections the main job relies on are all there (a yaml emptied by mistake fails)
+    assert {"strategy.k_max", "strategy.batch_size", "routing.adaptive_k", "agent.few_shot",
+            "agent.backend.n_threads", "agent.backend.max_batch"} <= set(leaves)
+    differ = {k: (v, _default(k)) for k, v in leaves.items() if v != _default(k)}
+    assert differ == {}, "conf/pfedma.yaml value vs dataclass default"
+
+
+def test_the_measured_disagreements_are_gone():
+    # issue 14 measured these six apart (dataclass vs yaml); now both say the yaml's value
+    cfg = PFedMAConfig()
+    assert (cfg.strategy.k_max, cfg.strategy.batch_size, cfg.routing.adaptive_k) == (2, 20, True)
+    assert (cfg.agent.few_shot, cfg.agent.backend.n_threads, cfg.agent.backend.max_batch) \
+        == (0, 2, 16)
+
+
+def test_loading_pfedma_yaml_changes_nothing_but_the_output_dir(tmp_path):
+    loaded = load_config({"config-name": "pfedma", "output-dir": str(tmp_path)})
+    base = OmegaConf.to_object(OmegaConf.structured(PFedMAConfig))
+    loaded.output.dir = base.output.dir  # set from the run config, not the yaml
+    assert loaded == base
+
+
+def test_generic_backend_sections_keep_their_own_defaults():
+    # only the agent's backend is the main job's model; the judge and the llm orchestrator
+    # sections are generic ones with a short answer budget
+    cfg = PFedMAConfig()
+    assert cfg.anomaly.judge_backend.temperature == 0.0
+    assert cfg.anomaly.judge_backend.max_tokens == 64
+    assert cfg.routing.llm_backend.max_tokens == 256
+
+
+# EngineSettings field → the config key server_components.build_engine fills it from.
+ENGINE_KEYS = {
+    "t_max": "strategy.t_max", "k_max": "strategy.k_max", "batch_size": "strategy.batch_size",
+    "min_replies": "strategy.min_replies", "max_failed_share": "strategy.max_failed_share",
+    "lambda_pool": "anomaly.lambda_pool", "alpha_con": "anomaly.alpha_con",
+    "tolerance": "anomaly.tolerance", "consensus": "anomaly.consensus",
+    "ablation": "anomaly.ablation", "use_capability": "routing.use_capability",
+    "use_reliability": "routing.use_reliability", "refine_query": "routing.refine_query",
+    "refine_style": "routing.refine_style", "rule_mode": "rules.mode",
+    "sim_threshold": "rules.sim_threshold", "seed": "seed",
+}
+
+
+def test_engine_settings_defaults_equal_the_config_defaults():
+    fields = {f.name for f in dataclasses.fields(EngineSettings)}
+    assert fields == set(ENGINE_KEYS), "a new EngineSettings field needs its config key here"
+    defaults = EngineSettings()
+    differ = {name: (getattr(defaults, name), _default(key))
+              for name, key in ENGINE_KEYS.items() if getattr(defaults, name) != _default(key)}
+    assert differ == {}
