@@ -237,19 +237,29 @@ def query_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
 def round_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
     """One finished Flower round, e.g.
 
-    ``[pfedma] round 2: 4 queries, 6 retained / 2 filtered, 1 failed, 900 tokens, 6 backend
-    calls, 3 global rules | 2/6 queries done, acc 2/2 (100.0 %)``.
+    ``[pfedma] round 2: 4 queries, 6 retained / 2 filtered, 1 unusable, 1 node failed, 900
+    tokens, 6 backend calls, 3 global rules | 2/6 queries done, acc 2/2 (100.0 %)``.
+
+    *unusable*: answers a node sent without a response (its own error code, e.g. a reply cut
+    off by ``max_tokens``); *node failed*: nodes whose whole reply was lost or rejected.
     """
     m = rec.get("metrics")
     m = m if isinstance(m, Mapping) else {}
     failures = rec.get("failures")
     failed = len(failures) if isinstance(failures, Mapping) else 0
+    queries = rec.get("queries")
+    unusable = sum(
+        len(q["client_errors"])
+        for q in (queries if isinstance(queries, list) else [])
+        if isinstance(q, Mapping) and isinstance(q.get("client_errors"), Mapping)
+    )
     of = f"/{acc.total}" if acc.total else ""
     per_bench = ", ".join(f"{b} {c}/{d}" for b, (c, d) in sorted(acc.by_benchmark.items()))
     return (
         f"[pfedma] round {_n(rec.get('round'))}: {_n(m.get('select/num_queries'))} queries, "
         f"{_n(m.get('anomaly/num_retained'))} retained / "
-        f"{_n(m.get('anomaly/num_filtered'))} filtered, {failed} failed, "
+        f"{_n(m.get('anomaly/num_filtered'))} filtered, {unusable} unusable, "
+        f"{failed} node{'' if failed == 1 else 's'} failed, "
         f"{_n(m.get('cost/tokens'))} tokens, {_n(m.get('cost/backend_calls'))} backend calls, "
         f"{_n(m.get('rules/num_global'))} global rules | {acc.done}{of} queries done, "
         f"{_acc(acc.correct, acc.done)}" + (f" ({per_bench})" if per_bench else "")

@@ -107,7 +107,10 @@ def test_run_passes_level_and_progress_override_and_prints_live_lines(fake, caps
     assert fake.envs[0][LOG_LEVEL_ENV] == "DEBUG" and levels == ["DEBUG"]
     out = capsys.readouterr().out
     assert "[pfedma] query 1/6 gsm8k/q0: correct" in out
-    assert "[pfedma] round 1: 2 queries, 0 retained / 0 filtered, 0 failed, 50 tokens" in out
+    assert (
+        "[pfedma] round 1: 2 queries, 0 retained / 0 filtered, 0 unusable, 0 nodes failed, 50 tokens"
+        in out
+    )
 
 
 def test_no_progress_prints_no_lines_and_leaves_the_servers_bar(fake, capsys):

@@ -13,6 +13,8 @@ from pfedma_flwr import progress as pg
 ROUND_1 = {
     "round": 1,
     "failures": {"partition-2": "timeout"},
+    # one answer came without a response; a query without errors and junk count nothing
+    "queries": [{"client_errors": {"p1": "parse:response"}}, {"query_id": "q9"}, "junk"],
     "metrics": {
         "select/num_queries": 4,
         "anomaly/num_retained": 6,
@@ -61,7 +63,7 @@ def test_query_and_round_lines_carry_the_running_accuracy():
         "wrong, answer 'B' (gold 'C'), 1 rounds, orchestrator_stop | acc 1/2 (50.0 %)"
     )
     assert pg.round_line(ROUND_1, acc) == (
-        "[pfedma] round 1: 4 queries, 6 retained / 2 filtered, 1 failed, 900 tokens, "
+        "[pfedma] round 1: 4 queries, 6 retained / 2 filtered, 1 unusable, 1 node failed, 900 tokens, "
         "6 backend calls, 3 global rules | 2/6 queries done, acc 1/2 (50.0 %) "
         "(gsm8k 1/1, medqa 0/1)"
     )
@@ -74,8 +76,9 @@ def test_lines_survive_hostile_records():
     line = pg.query_line(rec, acc)
     assert "\n" not in line and len(line) < 250
     assert "wrong" in line and "acc 0/1 (0.0 %)" in line  # only a real True counts as correct
-    assert pg.round_line({"metrics": "nope", "failures": [1]}, pg.RunningAccuracy()) == (
-        "[pfedma] round 0: 0 queries, 0 retained / 0 filtered, 0 failed, 0 tokens, "
+    bad = {"metrics": "nope", "failures": [1], "queries": {"client_errors": 3}}
+    assert pg.round_line(bad, pg.RunningAccuracy()) == (
+        "[pfedma] round 0: 0 queries, 0 retained / 0 filtered, 0 unusable, 0 nodes failed, 0 tokens, "
         "0 backend calls, 0 global rules | 0 queries done, acc -"
     )
 
