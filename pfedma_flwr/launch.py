@@ -405,12 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--tracking-dir", default="",
                    help="tracker output (default <output-dir>/tracking; mlflow: a tracking URI "
                         "or dir)")
-    args = sys.argv[1:] if argv is None else argv
-    if args and args[0] == "experiment":
-        from pfedma_flwr.experiments.__main__ import main as experiment_main
-
-        return int(experiment_main(args[1:]) or 0)
-    sub.add_parser("experiment", help="run a paper experiment preset (see docs/experiments.md)")
+    # ``experiment`` is dispatched by pfedma_flwr.cli: the harness imports this module
+    # (experiments.runner), so this module never imports the harness back.
     a = p.parse_args(argv)
     if a.log_level:
         from pfedma_flwr.progress import configure_logging
