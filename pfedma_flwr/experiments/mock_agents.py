@@ -57,6 +57,7 @@ def _index(data_dir: str) -> dict[str, Task]:
     for name in BENCHMARKS.names():
         for t in load_benchmark(name, data_dir or None):
             q = _norm(t.question)
+            out.setdefault("q:" + q, t)
             # Head and tail together first: Mind2Web-SC repeats a request with other profiles.
             out.setdefault("ht:" + q[:_KEY_CHARS] + q[-_KEY_CHARS:], t)
             out.setdefault("h:" + q[:_KEY_CHARS], t)
@@ -69,9 +70,18 @@ def _body(user_text: str) -> str:
 
 
 def find_task(user_text: str, data_dir: str = "") -> Task | None:
-    """The benchmark task a routed query was made from (refinement after a blank line ignored)."""
+    """The benchmark task a routed query was made from (refinement after a blank line ignored).
+
+    The whole normalized text first, then the question it begins (a question with a blank line
+    of its own), then its first / last characters: PrivacyLens repeats both in 61 of 493
+    tasks, so the head / tail keys alone quoted another task's items.
+    """
     body = _norm(_body(user_text))
     idx = _index(data_dir)
+    if task := idx.get("q:" + body):
+        return task
+    if body and (task := next((t for q, t in _questions(data_dir) if q.startswith(body)), None)):
+        return task
     return (idx.get("ht:" + body[:_KEY_CHARS] + body[-_KEY_CHARS:])
             or idx.get("h:" + body[:_KEY_CHARS]) or idx.get("t:" + body[-_KEY_CHARS:]))
 

@@ -75,3 +75,11 @@ def test_a_leaky_agent_quotes_every_item_but_not_what_its_query_hid():
     assert "John Doe" not in claim and "[REDACTED:PERSON_1] was a candidate" in claim
     # what the query still shows is still quoted
     assert "Emily Carter" in claim
+
+
+def test_every_privacylens_question_finds_its_own_task():
+    # 61 of 493 share their first and last 80 characters with another task: the head / tail
+    # keys alone made agents quote another task's items
+    tasks = load_benchmark("privacylens")
+    assert all(find_task(t.question).task_id == t.task_id for t in tasks)
+    assert all(find_task(t.question + "\n\nRefinement").task_id == t.task_id for t in tasks[:20])
