@@ -306,7 +306,7 @@ def _bool_keys(cls: type, prefix: str = "") -> set[str]:
     for f, tp in typing.get_type_hints(cls).items():
         if tp is bool:
             out.add(prefix + f)
-        elif dataclasses.is_dataclass(tp):
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
             out |= _bool_keys(tp, f"{prefix}{f}.")
     return out
 
