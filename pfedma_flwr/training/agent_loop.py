@@ -112,8 +112,8 @@ if HAVE_VERL:
             self.settings = EngineSettings(t_max=int(t_max), k_max=int(k_max))
             self.embedder: Embedder = get_embedder(embedding, embedding_model_path)
             self.judge = cached_judge(embedding, embedding_model_path)
-            self.fallback_kw = {"stop_support": float(stop_support),
-                                "exploration_c": float(exploration_c)}
+            self.stop_support = float(stop_support)
+            self.exploration_c = float(exploration_c)
 
         async def _turn(self, ro: Rollout, messages: Messages,
                         sampling_params: dict[str, Any]) -> str:
@@ -163,7 +163,8 @@ if HAVE_VERL:
                     self._turn(ro, messages, sampling_params), loop).result()
 
             orch = LLMOrchestrator(backend=PolicyBackend(policy), k_max=self.settings.k_max,
-                                   embedder=self.embedder, **self.fallback_kw)
+                                   embedder=self.embedder, stop_support=self.stop_support,
+                                   exploration_c=self.exploration_c)
             # a thread of its own: the default executor also serves the ct_* tokenization
             # the turns wait for, and blocked episodes must not be able to exhaust it
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pfedma-episode") as ex:

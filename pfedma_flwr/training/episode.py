@@ -127,8 +127,11 @@ class ReplayCache:
                             raise ValueError(f"response.query_id {pr.query_id!r} != {key[0]!r}")
                         answers[key] = pr
                     elif kind == "routing":
-                        RoutingTable.from_dict(row.get("state"))  # validate now, not mid-run
-                        routing = dict(row["state"])
+                        state = row.get("state")
+                        if not isinstance(state, dict):
+                            raise ValueError("'state' must be a RoutingTable.to_dict() object")
+                        RoutingTable.from_dict(state)  # validate now, not mid-run
+                        routing = state
                     else:
                         raise ValueError(f"unknown kind {kind!r} (client | answer | routing)")
                 except (ValueError, SchemaError, TypeError) as e:
