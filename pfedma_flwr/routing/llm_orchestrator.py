@@ -125,6 +125,20 @@ def _fmt(x: float) -> str:
     return f"{x:.2f}"
 
 
+_TAG_CHARS = str.maketrans({"<": "‹", ">": "›"})
+_MAX_QUOTED = 120
+
+
+def _client_text(s: str) -> str:
+    """Client-supplied text for the prompt: one line, bounded, no tag brackets.
+
+    Answers and domains come from untrusted clients; an answer reading ``<select>x</select>``
+    must not look like an action to the policy (docs/threat_model.md).
+    """
+    flat = " ".join(str(s).split()).translate(_TAG_CHARS)
+    return flat if len(flat) <= _MAX_QUOTED else flat[:_MAX_QUOTED] + "…"
+
+
 def build_prompt(
     query: OrchestratorQuery,
     z: CollabState | None,
@@ -145,19 +159,21 @@ def build_prompt(
     if z is None or z.empty:
         lines.append("Collaborative answer z: none yet")
     else:
-        dissent = "; ".join(f"{a} ({_fmt(w)})" for a, w in z.dissent[:3]) or "none"
-        lines.append(f"Collaborative answer z: {z.answer!r} with support {_fmt(z.support)} "
+        dissent = "; ".join(f"{_client_text(a)} ({_fmt(w)})" for a, w in z.dissent[:3]) or "none"
+        answer = _client_text(z.answer)
+        lines.append(f"Collaborative answer z: {answer!r} with support {_fmt(z.support)} "
                      f"({z.n_agreeing} of {z.n_retained} retained answers agree) after round "
                      f"{z.round}; dissent: {dissent}")
     lines += ["", "Candidate agents:"]
     for c in candidates:
         st = c.state
-        caps = {query.domain: st.c(query.domain), **{d: v for d, v in st.capability.items()}}
-        cap = ", ".join(f"{d}={_fmt(v)}" for d, v in caps.items())
+        caps = {query.domain: st.c(query.domain), **st.capability}
+        cap = ", ".join(f"{_client_text(d)}={_fmt(v)}" for d, v in caps.items())
         cost = costs.get(c.client_id) if costs else None
         cost_s = "?" if cost is None or not math.isfinite(cost) else f"{cost:g}"
         lines.append(
-            f"- id={c.client_id} domains=[{', '.join(c.domains) or 'unknown'}] C: {cap}; "
+            f"- id={c.client_id} domains=[{', '.join(map(_client_text, c.domains)) or 'unknown'}]"
+            f" C: {cap}; "
             f"S={_fmt(st.reliability)}; asked={st.asked(query.domain)}; "
             f"asked_this_query={'yes' if c.asked_for_this_query else 'no'}; cost={cost_s}"
         )
