@@ -1,0 +1,118 @@
+"""``rules_ablation --size tiny``: the six rule modes give six different runs, each for its reason.
+
+One in-process run of the preset (FakeGrid, the real ServerApp / ClientApp code, scripted agents,
+Presidio). What docs/rules.md's mode table says each step adds, checked in the run's files:
+
+- NR → SR: ``P_in`` fires (``query_rules_fired``), initial local rules redact names;
+- SR → LE: clients without a PERSON rule create one when a name reaches a response uncovered;
+- LE → G2L: the adopted ``dates_places_response`` redacts calendar dates and places, and
+  Δ-count feedback moves H;
+- LE → L2G: candidates are promoted and their query twin redacts names in the round-2 queries,
+  so the agents' quotes carry ``P_in``'s numbered placeholders;
+- G2L / L2G → full: both (the twin comes from feedback-confirmed ``names_response``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client_apps.agent_app import app as client_app
+from pfedma_flwr import client_components
+from pfedma_flwr.agents.backends import make_backend
+from pfedma_flwr.config import load_config
+from pfedma_flwr.experiments import VariantRun, run_experiment
+from pfedma_flwr.server_app import run_server
+from pfedma_flwr.testing import FakeGrid
+
+pytestmark = pytest.mark.slow
+logger = logging.getLogger(__name__)
+MODES = ("NR", "SR", "LE", "G2L", "L2G", "full")
+
+
+def _executor(v: VariantRun) -> None:
+    client_components.build_agent.cache_clear()
+    make_backend.cache_clear()
+    rc = {"config-name": v.config, "output-dir": str(v.output_dir), "overrides": v.overrides}
+    assert run_server(FakeGrid(client_app, v.num_clients, rc), load_config(rc))["status"] == \
+        "completed"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("rules_ablation")
+    result = run_experiment("rules_ablation", size="tiny", output_dir=out, executor=_executor)
+    client_components.build_agent.cache_clear()
+    logger.warning("rules_ablation tiny:\n%s", (out / "results.md").read_text())
+    assert {r["labels"]["rules"] for r in result["rows"]} == set(MODES)
+    return {m: out / "runs" / f"rules={m}" for m in MODES}
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def _claims(run: Path) -> str:
+    return "\n".join(json.dumps(q["z_claims"]) for q in _lines(run / "queries.jsonl"))
+
+
+def _rules_log(run: Path) -> list[dict[str, Any]]:
+    return [r["rules"] for r in _lines(run / "rounds.jsonl")]
+
+
+def test_the_six_queries_files_are_pairwise_different(runs):
+    digests = {m: hashlib.md5((runs[m] / "queries.jsonl").read_bytes()).hexdigest()
+               for m in MODES}
+    assert len(set(digests.values())) == len(MODES), digests
+
+
+def test_p_in_fires_in_every_mode_but_nr(runs):
+    fired = {m: sum(q["query_rules_fired"] for q in _lines(runs[m] / "queries.jsonl"))
+             for m in MODES}
+    assert fired["NR"] == 0
+    assert all(fired[m] > 0 for m in MODES if m != "NR"), fired
+
+
+def _quotes_in_clear(run: Path) -> int:
+    """Claims of ``z`` quoting a task's items without a single placeholder."""
+    return sum(c.startswith("I will include:") and "[REDACTED" not in c
+               for q in _lines(run / "queries.jsonl") for c in q["z_claims"])
+
+
+def test_local_evolution_redacts_names_static_rules_leave(runs):
+    assert "[REDACTED" not in _claims(runs["NR"])
+    assert "[REDACTED:PERSON]" in _claims(runs["SR"])
+    # SR's clients without a PERSON rule quote names in clear; under LE they create the rule
+    assert _quotes_in_clear(runs["LE"]) < _quotes_in_clear(runs["SR"])
+
+
+def test_only_adoption_redacts_dates_and_places(runs):
+    for m in MODES:
+        claims = _claims(runs[m])
+        adopted = "[REDACTED:DATE_TIME]" in claims or "[REDACTED:LOCATION]" in claims
+        assert adopted is (m in ("G2L", "full")), m
+
+
+def test_only_promotion_modes_add_query_twins_that_act_in_round_two(runs):
+    for m in MODES:
+        twins = [t for log in _rules_log(runs[m]) for t in log.get("update", {}).get("twins", ())]
+        # a P_in placeholder is numbered ([REDACTED:PERSON_1]); P_resp's is not
+        numbered = "[REDACTED:PERSON_" in _claims(runs[m])
+        assert (bool(twins), numbered) == ((True, True) if m in ("L2G", "full")
+                                           else (False, False)), m
+    assert sum(log.get("promoted", 0) for log in _rules_log(runs["L2G"])) > 0
+
+
+def test_feedback_moves_h_where_rules_are_redistributed(runs):
+    for m in MODES:
+        logs = _rules_log(runs[m])
+        rows = sum(log.get("feedback", {}).get("n_rows", 0) for log in logs)
+        h = [log.get("h_scores", {}) for log in logs]
+        moved = bool(h) and any(v[:2] != [0.0, 0] for v in h[-1].values())
+        assert (rows > 0, moved) == ((True, True) if m in ("G2L", "full")
+                                     else (False, False)), m
