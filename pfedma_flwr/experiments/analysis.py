@@ -186,10 +186,11 @@ def rule_dynamics(run: RunData) -> dict[str, float]:
 
     Counts, named ``global_rules/<what>`` (tables show them raw): ``feedback_rows`` Δ-count rows
     the server scored; ``h_moved`` global rules whose ``(H, N)`` changed during the run;
-    ``promoted`` rules promoted; ``active@r`` active global rules after Flower round ``r``
-    (rule coverage vs round).
+    ``promoted`` rules promoted; ``twins`` query twins added (``P_in`` grown by promotion or
+    confirmation); ``active@r`` active global rules after Flower round ``r`` (rule coverage vs
+    round).
     """
-    rows = promoted = 0
+    rows = promoted = twins = 0
     first: dict[str, list[float]] = {}
     last: dict[str, list[float]] = {}
     out: dict[str, float] = {}
@@ -197,6 +198,7 @@ def rule_dynamics(run: RunData) -> dict[str, float]:
         ru = rnd.get("rules", {}) or {}
         rows += int((ru.get("feedback") or {}).get("n_rows", 0))
         promoted += int(ru.get("promoted", 0) or 0)
+        twins += len((ru.get("update") or {}).get("twins") or ())
         h = ru.get("h_scores") or {}
         for rid, v in h.items():
             first.setdefault(rid, [0.0, 0])
@@ -206,7 +208,7 @@ def rule_dynamics(run: RunData) -> dict[str, float]:
                 sum(bool(v[2]) for v in h.values()))
     moved = sum(1 for rid, v in last.items() if list(v[:2]) != list(first[rid][:2]))
     out.update({"global_rules/feedback_rows": float(rows), "global_rules/h_moved": float(moved),
-                "global_rules/promoted": float(promoted)})
+                "global_rules/promoted": float(promoted), "global_rules/twins": float(twins)})
     return out
 
 
