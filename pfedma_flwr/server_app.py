@@ -88,7 +88,7 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     for rec in finished_lines:  # queries ended by finish_all() after the last round
         writer.query(rec)
     summary = {**result.summary, "status": result.summary.get("status", "completed"),
-               "output_dir": str(out),
+               "output_dir": str(out), "strategy": cfg.strategy.name,
                "resumed_from_round": start_round,
                "global_rules": [r.to_dict() for r in engine.rules.rules()]}
     writer.summary(summary)

@@ -80,7 +80,7 @@ def test_each_method_runs_on_the_same_client_app(method: str, federation, tmp_pa
     """Every agent answers 42; the shape of each method's rounds follows from its rules."""
     summary, grid = federation(num_nodes=4, responder=lambda msgs: answer_json("42"),
                                overrides=f"strategy.name={method}")
-    assert summary["status"] == "completed" and summary["accuracy"] >= 0.0
+    assert summary["status"] == "completed" and summary["strategy"] == method
     queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
     assert len(queries) == 6 and all(q["answer"] == "42" for q in queries)
     sels = [q["selections"] for q in queries]
