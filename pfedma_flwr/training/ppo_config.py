@@ -34,8 +34,12 @@ def compose_ppo_config(overrides: Sequence[str], config_dir: str | Path = CONFIG
 
 def check_ppo_config(overrides: Sequence[str], config_dir: str | Path = CONFIG_DIR) -> Any:
     """Compose and validate with ``verl.utils.config.validate_config``; return the config."""
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
+    try:
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import validate_config
+    except ImportError as e:
+        raise RuntimeError(f"checking the PPO config needs veRL ({e}): "
+                           "pip install -e '.[train]'") from e
 
     cfg = compose_ppo_config(overrides, config_dir)
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg),
