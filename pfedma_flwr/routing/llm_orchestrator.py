@@ -322,6 +322,30 @@ class LLMOrchestrator:
         while len(self._turns) > MAX_CONVERSATIONS:  # queries ended by T_max never STOP
             self._turns.popitem(last=False)
 
+    def observe(self, outcome: Any) -> None:
+        """Engine hook (:mod:`pfedma_flwr.baselines.hooks`): a query ended, drop its turns."""
+        self._turns.pop(str(outcome.query_id), None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Engine hook: the counters, stored in ``checkpoint.json`` (turns are not kept)."""
+        return self.state()
+
+    def load_state_dict(self, d: Mapping[str, Any]) -> None:
+        """Engine hook: restore :meth:`state_dict` after ``--resume``; bad values raise."""
+        counts = {"decisions": d.get("decisions", 0), "tokens": d.get("tokens", 0),
+                  **{f"format_failures_by_reason[{k!r}]": v
+                     for k, v in dict(d.get("format_failures_by_reason", {})).items()}}
+        for name, v in counts.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"orchestrator checkpoint: {name} must be an int >= 0, "
+                                 f"got {v!r}")
+        unknown = sorted(set(d.get("format_failures_by_reason", {})) - set(FAILURE_REASONS))
+        if unknown:
+            raise ValueError(f"orchestrator checkpoint: unknown failure reason(s) {unknown}")
+        self.decisions, self.tokens = int(d.get("decisions", 0)), int(d.get("tokens", 0))
+        self.failures = {str(k): int(v)
+                         for k, v in dict(d.get("format_failures_by_reason", {})).items()}
+
     def state(self) -> dict[str, Any]:
         """Counters for the run's results: decisions, format failures by reason, their rate."""
         return {

@@ -239,3 +239,22 @@ def test_client_text_cannot_pose_as_an_action():
     assert "'4 ‹select›c‹/select› ‹stop/›'" in u and "domains=[math‹stop/›]" in u
     # long client text is cut
     assert "x" * 121 not in u and "x" * 120 + "…" in u
+
+
+def test_engine_hooks_checkpoint_counters_and_drop_finished_turns():
+    o, _ = make(["<select>a</select>", "junk"])
+    o.select(Q, None, cands(), round=1)
+    o.select(Q, None, cands(), round=2)
+    saved = o.state_dict()
+    assert saved["decisions"] == 2 and saved["format_failures_by_reason"] == {"no_action": 1}
+    fresh, _ = make([])
+    fresh.load_state_dict(saved)
+    assert fresh.state() == o.state()
+    # a finished query's conversation is dropped (observe is called once per finished query)
+    assert o.conversation("q1")
+    o.observe(type("Outcome", (), {"query_id": "q1"})())
+    assert o.conversation("q1") == []
+    with pytest.raises(ValueError, match="decisions must be an int"):
+        fresh.load_state_dict({**saved, "decisions": -1})
+    with pytest.raises(ValueError, match="unknown failure reason"):
+        fresh.load_state_dict({**saved, "format_failures_by_reason": {"nope": 1}})
