@@ -15,6 +15,7 @@ config overrides), the table columns and the plots. Format (every key but ``axes
       method: {PFedMA: {}, "-all": {anomaly.ablation: "-all"},
                single-agent: {num_clients: 1, strategy.t_max: 1}}
       rho: {"0": {adversary.ratio: 0.0}, "0.2": {adversary.ratio: 0.2}}
+    exclude: [{method: [single-agent], rho: ["0.2"]}]   # combinations not to run
     columns: [ACC, ASR]
     plots: [{kind: line, x: rho, y: ASR, hue: method}]
 
@@ -79,15 +80,19 @@ class ExperimentPreset:
     axes: dict[str, dict[str, dict[str, Any]]]
     columns: tuple[str, ...]
     plots: tuple[dict[str, Any], ...]
+    # each rule drops the variants whose label of every axis it names is one of its levels
+    exclude: tuple[dict[str, tuple[str, ...]], ...] = ()
 
     def variants(self) -> list[Variant]:
-        """The Cartesian product of the axes, in axis and level order (axis overrides only)."""
+        """The Cartesian product of the axes minus ``exclude``, in axis and level order."""
         if not self.axes:
             return [Variant(name="pfedma", labels={}, overrides={})]
         out = []
         names = list(self.axes)
         for levels in itertools.product(*(list(self.axes[a].items()) for a in names)):
             labels = {a: lvl for a, (lvl, _) in zip(names, levels, strict=True)}
+            if any(all(labels[a] in lv for a, lv in rule.items()) for rule in self.exclude):
+                continue
             over: dict[str, Any] = {}
             n_clients = None
             for _, o in levels:
@@ -148,7 +153,8 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
                  ) -> ExperimentPreset:
     """Validate a loaded preset (sizes merged over ``shared_sizes``); errors name the key."""
     d = _mapping(data, f"experiment {name}")
-    unknown = sorted(set(d) - {"description", "sizes", "base", "axes", "columns", "plots"})
+    unknown = sorted(set(d) - {"description", "sizes", "base", "axes", "columns", "plots",
+                               "exclude"})
     if unknown:
         raise ValueError(f"experiment {name}: unknown keys {unknown}")
     sizes = {}
@@ -188,8 +194,31 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
     return ExperimentPreset(
         name=name, description=str(d.get("description", "")), sizes=sizes,
         base=_mapping(d.get("base"), f"{name}.base"), axes=axes,
-        columns=cols, plots=plots,
+        columns=cols, plots=plots, exclude=_exclude(name, d.get("exclude"), axes),
     )
+
+
+def _exclude(name: str, rules: Any, axes: Mapping[str, Mapping[str, Any]]
+             ) -> tuple[dict[str, tuple[str, ...]], ...]:
+    """``exclude`` rules validated: each names axes of the preset and levels of those axes."""
+    if rules is None:
+        return ()
+    if not isinstance(rules, list):
+        raise ValueError(f"experiment {name}: exclude must be a list of mappings")
+    out = []
+    for k, rule in enumerate(rules):
+        r = {a: tuple(str(x) for x in (lv if isinstance(lv, list) else [lv]))
+             for a, lv in _mapping(rule, f"{name}.exclude[{k}]").items()}
+        for a, lv in r.items():
+            if a not in axes:
+                raise ValueError(f"experiment {name}: exclude[{k}] names no axis {a!r}; "
+                                 f"axes: {sorted(axes)}")
+            if bad := [x for x in lv if x not in axes[a]]:
+                raise ValueError(f"experiment {name}: exclude[{k}]: axis {a!r} has no level "
+                                 f"{bad}; levels: {list(axes[a])}")
+        if r:
+            out.append(r)
+    return tuple(out)
 
 
 def preset_names() -> list[str]:

@@ -55,10 +55,17 @@ def test_presets_cover_the_papers_experiments():
         "main", "privacy", "robustness", "noniid", "rounds", "anomaly_ablation",
         "routing_ablation", "rules_ablation", "sensitivity"}
     rob = load_preset("robustness")
-    # 2 methods x (clean + 4 ratios) from one base configuration
-    assert [v.labels for v in rob.variants()][:2] == [{"method": "PFedMA", "rho": "0.0"},
-                                                       {"method": "PFedMA", "rho": "0.1"}]
+    # PFedMA and -all x (clean + 4 ratios) from one base configuration, then the baselines
+    # clean and at the strongest attack (Table 2)
+    assert [v.labels for v in rob.variants()][:2] == [{"method": "pfedma", "rho": "0.0"},
+                                                       {"method": "pfedma", "rho": "0.1"}]
     assert rob.variants()[5].overrides == {"anomaly.ablation": "-all", "adversary.ratio": 0.0}
+    rho_of: dict[str, list[str]] = {}
+    for v in rob.variants():
+        rho_of.setdefault(v.labels["method"], []).append(v.labels["rho"])
+    assert list(rho_of) == ["pfedma", "-all", *METHODS[1:]]
+    assert rho_of["pfedma"] == rho_of["-all"] == ["0.0", "0.1", "0.2", "0.3", "0.4"]
+    assert all(rho_of[m] == ["0.0", "0.4"] for m in METHODS[1:])
     assert load_preset("noniid").size("paper").num_clients == 100
 
 
@@ -89,9 +96,10 @@ def test_preset_runs_at_tiny_size(name: str, tmp_path: Path):
 def test_injection_asr_pfedma_vs_filtering_disabled(tmp_path: Path):
     """rho_adv = 0.4 on the scripted agents: PFedMA's ASR beside -all (reported, not asserted)."""
     result = run_experiment("robustness", size="tiny", output_dir=tmp_path,
-                            executor=fakegrid_executor)
+                            executor=fakegrid_executor,
+                            only={"method": ["pfedma", "-all"], "rho": ["0.4"]})
     by = {(r["labels"]["method"], r["labels"]["rho"]): r["metrics"] for r in result["rows"]}
-    pf, off = by[("PFedMA", "0.4")], by[("-all", "0.4")]
+    pf, off = by[("pfedma", "0.4")], by[("-all", "0.4")]
     logger.warning("rho_adv=0.4 ASR: PFedMA %.3f, -all %.3f (det %.3f vs %.3f, exposure %.3f "
                    "vs %.3f)", pf["ASR"], off["ASR"], pf["det"], off["det"], pf["exposure"],
                    off["exposure"])
@@ -144,16 +152,18 @@ def test_only_selects_variants_by_axis_level_and_names_bad_input(tmp_path: Path)
 
     variants = load_preset("robustness").variants()
     picked = select_variants(variants, {"rho": ["0.4"]})
-    assert [v.labels for v in picked] == [{"method": "PFedMA", "rho": "0.4"},
-                                          {"method": "-all", "rho": "0.4"}]
+    assert [v.labels["method"] for v in picked] == ["pfedma", "-all", *METHODS[1:]]
+    assert {v.labels["rho"] for v in picked} == {"0.4"}
     assert len(select_variants(variants, {"rho": ["0.0", "0.4"], "method": ["-all"]})) == 2
     with pytest.raises(ValueError, match="no level \\['0.5'\\]"):
         select_variants(variants, {"rho": ["0.5"]})
     with pytest.raises(ValueError, match="no axis 'alpha'"):
         select_variants(variants, {"alpha": ["1"]})
     result = run_experiment("robustness", size="tiny", output_dir=tmp_path,
-                            executor=fakegrid_executor, only={"rho": ["0.4"]})
-    assert [r["variant"] for r in result["rows"]] == ["method=PFedMA_rho=0.4", "method=-all_rho=0.4"]
+                            executor=fakegrid_executor,
+                            only={"rho": ["0.4"], "method": ["pfedma", "kabb"]})
+    assert [r["variant"] for r in result["rows"]] == ["method=pfedma_rho=0.4",
+                                                      "method=kabb_rho=0.4"]
 
 
 def test_det_and_fpr_count_only_responses_the_filter_scored(tmp_path: Path):
