@@ -400,7 +400,7 @@ class PFedMA(Strategy):
         restored from a checkpoint); numbering continues after it.
         """
         t0 = time.time()
-        log(INFO, "Starting PFedMA strategy:")
+        log(INFO, "Starting %s strategy:", type(self).__name__)
         self.summary()
         nodes = self.wait_for_nodes(grid)
         descriptions = self.handshake(grid, nodes)
