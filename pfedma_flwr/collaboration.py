@@ -473,6 +473,9 @@ class CollaborationEngine:
             "clients": {k: d.to_dict() for k, d in self.clients.items()},
             "rules": {"global_total": len(rules), "global_active": sum(r.active for r in rules)},
             "routing": self.routing.to_dict(),
+            # e.g. the LLM orchestrator's format-failure rate, KABB's posterior
+            "orchestrator": {"name": type(self.orchestrator).__name__,
+                             "state": hooks.orchestrator_state(self.orchestrator)},
             "totals": {k: v for k, v in self.totals.items() if k != "failed_by_client"},
             "generation": generation_summary(self.totals, self.settings.max_failed_share),
             "wall_seconds": wall_seconds,
