@@ -332,7 +332,10 @@ def _obj(v: Any) -> dict[str, Any]:
 
 
 def _status(run_id: int, env: dict[str, str]) -> str:
-    res = _flwr(["list", "--run-id", str(run_id), "--format", "json"], env, timeout=60)
+    try:
+        res = _flwr(["list", "--run-id", str(run_id), "--format", "json"], env, timeout=60)
+    except subprocess.TimeoutExpired:  # an overloaded machine: ask again, do not crash
+        return "unknown"
     try:
         runs = json.loads(res.stdout)["runs"]
         return str(runs[0]["status"])
@@ -368,7 +371,10 @@ def _follow(run_id: int, env: dict[str, str], log_path: Path, timeout: float) ->
         if status.startswith("finished"):
             return status
         time.sleep(2)
-    _flwr(["stop", str(run_id)], env, timeout=60)
+    try:
+        _flwr(["stop", str(run_id)], env, timeout=60)
+    except subprocess.TimeoutExpired:  # the SuperLink is stopped next in any case
+        pass
     return "timeout"
 
 

@@ -175,3 +175,27 @@ def test_stopping_the_superlink_also_stops_what_it_started_in_other_process_grou
     assert link.poll() is not None
     child.wait(timeout=10)  # gone (a leftover would raise TimeoutExpired)
     assert not child.is_running()
+
+
+def test_a_status_query_that_times_out_reads_as_unknown_not_a_crash(monkeypatch):
+    def slow(args, env, **kw):
+        raise subprocess.TimeoutExpired(["flwr", *args], kw.get("timeout", 60))
+
+    monkeypatch.setattr(launch, "_flwr", slow)
+    assert launch._status(7, {}) == "unknown"
+
+
+def test_follow_keeps_polling_until_the_status_settles(monkeypatch, tmp_path):
+    answers = iter(["unknown", "running", "finished:completed"])  # "unknown": a timed-out query
+    monkeypatch.setattr(launch, "_status", lambda run_id, env: next(answers))
+    monkeypatch.setattr(launch.time, "sleep", lambda s: None)
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(
+        launch.subprocess,
+        "Popen",
+        lambda *a, **k: real_popen(
+            ["echo", "\x1b[92mINFO\x1b[0m done"], stdout=subprocess.PIPE, text=True
+        ),
+    )
+    assert launch._follow(7, {}, tmp_path / "run.log", timeout=60) == "finished:completed"
+    assert (tmp_path / "run.log").read_text() == "INFO done\n"
