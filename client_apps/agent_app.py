@@ -28,6 +28,7 @@ from pfedma_flwr.audit import add_to_counters, append_record, summarize_payload
 from pfedma_flwr.client_agent import AgentState, ClientAgent
 from pfedma_flwr.client_components import build_agent, node_identity, node_policy
 from pfedma_flwr.persistence import StateStore, validate_key
+from pfedma_flwr.progress import configure_logging
 from pfedma_flwr.protocol import (
     JSON_FIELD,
     PAYLOAD_KEY,
@@ -43,6 +44,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 STATE_KEY = "pfedma-agent-state"
 AUDIT_KEY = "pfedma-audit"
 logger = logging.getLogger(__name__)
+# PFEDMA_LOG_LEVEL from the launcher's --log-level, in every Ray worker that loads the app
+configure_logging()
 app = ClientApp()
 
 

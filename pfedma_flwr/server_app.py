@@ -14,7 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 from pfedma_flwr import report
 from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config, to_yaml
 from pfedma_flwr.data.split import sample_eval_tasks
-from pfedma_flwr.progress import RoundProgress
+from pfedma_flwr.progress import RoundProgress, configure_logging
 from pfedma_flwr.results import ResultsWriter
 from strategies.registry import build_strategy
 
@@ -98,6 +98,7 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Flower entry point."""
+    configure_logging()  # PFEDMA_LOG_LEVEL from the launcher's --log-level
     started = report.now()
     cfg = load_config(dict(context.run_config))
     cfg.output.dir = str(output_dir(cfg))  # one dir for the run and its report, also if unset

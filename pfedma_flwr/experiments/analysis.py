@@ -6,6 +6,8 @@ query id. Rates are fractions in ``[0, 1]``; NaN = not measurable in this run.
 
 - ACC (+ ``ACC/<benchmark>``), rounds, tokens and backend calls per query: ``summary.json``;
   ``tokens_per_solved``: all tokens of the run's queries over the number answered correctly.
+- FFR, ``orchestrator_tokens``: the LLM orchestrator's format-failure rate and its tokens per
+  query (``summary.json`` ``orchestrator.state``; NaN for policies without them).
 - LR (PrivacyLens): :func:`pfedma_flwr.metrics.leakage_rate` on the final output of each
   ``privacylens*`` query = ``z``'s answer plus its claims (string-match judge, no LLM).
 - LPA, LPP, LPR, EA, FRA (Mind2Web-SC): ``b̂ = 1`` iff the final answer normalizes to ``deny``
@@ -272,6 +274,11 @@ def run_metrics(run: RunData) -> dict[str, float]:
     solved = sum(bool(r.get("correct")) for r in run.queries)
     spent = sum(float(r.get("tokens", 0)) for r in run.queries)
     m["tokens_per_solved"] = spent / solved if solved else math.nan
+    # the LLM orchestrator's own counters (summary.json "orchestrator"); n/a for other policies
+    orch = (s.get("orchestrator") or {}).get("state") or {}
+    m["FFR"] = float(orch["format_failure_rate"]) if "format_failure_rate" in orch else math.nan
+    m["orchestrator_tokens"] = (float(orch["tokens"]) / max(1, len(run.queries))
+                                if "tokens" in orch else math.nan)
     m["LR"] = leakage(run)
     m.update(guard(run))
     m.update(privacy_by_round(run))

@@ -18,7 +18,7 @@ from pfedma_flwr.experiments.presets import ExperimentPreset
 
 #: Metrics written as they are (not fractions).
 RAW_METRICS = frozenset({"rounds", "tokens", "calls", "global_rules", "query_rules", "NRP",
-                         "tokens_per_solved"})
+                         "tokens_per_solved", "orchestrator_tokens"})
 
 
 def display_value(metric: str, value: float | None) -> float | None:

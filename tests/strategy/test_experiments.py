@@ -53,7 +53,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 def test_presets_cover_the_papers_experiments():
     assert set(preset_names()) == {
         "main", "privacy", "robustness", "noniid", "rounds", "anomaly_ablation",
-        "routing_ablation", "rules_ablation", "sensitivity"}
+        "routing_ablation", "rules_ablation", "sensitivity", "orchestrator"}
     rob = load_preset("robustness")
     # PFedMA and -all x (clean + 4 ratios) from one base configuration, then the baselines
     # clean and at the strongest attack (Table 2)
@@ -90,6 +90,11 @@ def test_preset_runs_at_tiny_size(name: str, tmp_path: Path):
             # counts (tables.RAW_METRICS, also per round: global_rules/active@1) are not rates
             if m.split("/")[0] not in RAW_METRICS and not math.isnan(value):
                 assert 0.0 <= value <= 1.0, (name, r["variant"], m, value)
+    if name == "orchestrator":
+        # the LLM policy reports its format-failure rate; the others have none to report
+        ffr = {r["labels"]["policy"]: r["metrics"]["FFR"] for r in result["rows"]}
+        assert 0.0 <= ffr["llm"] <= 1.0
+        assert math.isnan(ffr["heuristic"]) and math.isnan(ffr["all-agents"])
     logger.warning("%s tiny:\n%s", name, md)
 
 
