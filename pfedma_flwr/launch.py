@@ -16,6 +16,7 @@ the run (``PFEDMA_LOG_LEVEL``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -363,7 +364,9 @@ def _follow(run_id: int, env: dict[str, str], log_path: Path, timeout: float) ->
                     break
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                # it may exit between poll() and killpg(): nothing left to stop then
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
     # `flwr log --stream` ends with the run; poll until the status settles.
     while time.monotonic() < deadline:
