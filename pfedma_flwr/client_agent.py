@@ -17,6 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.parsing import parse_structured_response
+from pfedma_flwr.agents.program import (
+    PROGRAM_KINDS,
+    REASONING_METHODS,
+    extract_code,
+    program_messages,
+    program_reasoning,
+    run_program,
+)
 from pfedma_flwr.agents.prompting import (
     REPAIR_PROMPT,
     RESPONSE_JSON_SCHEMA,
@@ -135,6 +143,10 @@ class ClientAgent:
     lessons, lesson_min_sim : int, float
         How many lessons of ``X_i`` enter a prompt, and the cosine between the new query and a
         lesson's question needed to recall it.
+    reasoning : {"cot", "program"}, optional
+        How numeric tasks are solved (reasoning format only): chain of thought, or a Python
+        program run on this client (:mod:`pfedma_flwr.agents.program`); a program that fails
+        falls back to chain of thought. Default: the profile's own.
     """
 
     def __init__(
@@ -146,7 +158,7 @@ class ClientAgent:
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
         client_key: str = "", adversary: Adversary | None = None,
         response_format: str = "reasoning", seed: int = 0, lessons: int = 1,
-        lesson_min_sim: float = 0.6,
+        lesson_min_sim: float = 0.6, reasoning: str | None = None,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
@@ -156,6 +168,9 @@ class ClientAgent:
         if lessons < 0 or not -1.0 <= lesson_min_sim <= 1.0:
             raise ValueError("lessons must be >= 0 and lesson_min_sim in [-1, 1]")
         self.response_format, self.seed = response_format, seed
+        self.reasoning = profile.reasoning if reasoning is None else reasoning
+        if self.reasoning not in REASONING_METHODS:
+            raise ValueError(f"reasoning must be one of {REASONING_METHODS}, got {reasoning!r}")
         self.n_lessons, self.lesson_min_sim = lessons, lesson_min_sim
         if few_shot_scope not in FEW_SHOT_SCOPES:
             raise ValueError(f"few_shot_scope must be one of {FEW_SHOT_SCOPES}, "
@@ -204,10 +219,16 @@ class ClientAgent:
         shots_of = self._demonstrations(ins.queries)
         lessons_of = self._recall(ins.queries, state) if reasoning else {}
         prompts = []
-        for q in ins.queries:
+        programs: set[int] = set()
+        for k, q in enumerate(ins.queries):
             text = self.adversary.task_text(q.query_id, q.text) if self.adversary else q.text
             shots = shots_of[q.query_id]
-            if reasoning:
+            if reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
+                programs.add(k)
+                prompts.append(program_messages(
+                    profile_prompt=self.profile.prompt, query_text=text,
+                    refinement=q.refinement, lessons=lessons_of.get(q.query_id, ())))
+            elif reasoning:
                 prompts.append(build_reasoning_messages(
                     profile_prompt=self.profile.prompt, query_text=text,
                     refinement=q.refinement, answer_kind=q.answer_kind,
@@ -228,7 +249,11 @@ class ClientAgent:
             seed=self._seed(ins.server_round),
         )
         texts = [g.text for g in gens]
+        fallback = self._run_programs(ins.queries, programs, prompts, gens, texts,
+                                      seed=self._seed(ins.server_round) ^ 1)
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
+        for k, extra in fallback.items():
+            repaired[k] = repaired.get(k, 0) + extra
         gen_seconds = time.perf_counter() - t0
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {}
@@ -270,7 +295,7 @@ class ClientAgent:
         return self._outgoing(state, ClientReply(
             responses=tuple(responses), candidates=tuple(candidates.values()),
             feedback=tuple(state.rules.round_feedback()),
-            backend_calls=1 + (1 if repaired else 0),
+            backend_calls=1 + (1 if fallback else 0) + (1 if set(repaired) - set(fallback) else 0),
             tokens=sum(g.tokens for g in gens) + sum(repaired.values()),
             gen_seconds=gen_seconds,
         ))
@@ -293,6 +318,42 @@ class ClientAgent:
             return 1.0
         return 0.7 if q.domain in domains else 0.3
 
+    def _run_programs(
+        self, queries: Sequence[RoutedQuery], programs: set[int], prompts: list[Any],
+        gens: list[Any], texts: list[str], *, seed: int,
+    ) -> dict[int, int]:
+        """Run the programs of ``programs``; answer the failed ones in chain of thought.
+
+        A program that ran becomes its reasoning text (:func:`program_reasoning`). Updates
+        ``prompts``, ``gens`` and ``texts`` in place; returns the fallback's tokens per item.
+        """
+        failed: list[int] = []
+        for k in sorted(programs):
+            if gens[k].error:
+                continue
+            code = extract_code(texts[k])
+            run = run_program(code)
+            if run.ok:
+                texts[k] = program_reasoning(code, run)
+            else:
+                logger.debug("program of %s failed (%s): chain of thought instead",
+                             queries[k].query_id, run.error)
+                failed.append(k)
+        if not failed:
+            return {}
+        for k in failed:
+            q = queries[k]
+            prompts[k] = build_reasoning_messages(
+                profile_prompt=self.profile.prompt, query_text=prompts[k][-1]["content"],
+                answer_kind=q.answer_kind)
+        again = self.backend.generate([prompts[k] for k in failed], max_tokens=self.max_tokens,
+                                      temperature=self.temperature, seed=seed)
+        out: dict[int, int] = {}
+        for k, g in zip(failed, again, strict=True):
+            out[k] = gens[k].tokens
+            gens[k], texts[k] = g, g.text
+        return out
+
     def _repair(
         self, queries: Sequence[RoutedQuery], prompts: list[Any], gens: Sequence[Any],
         texts: list[str],
@@ -302,8 +363,8 @@ class ClientAgent:
         Updates ``texts`` in place with the short continuation; returns tokens per repaired item.
         """
         todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
-                if not g.error and not _is_json(g.text) and derive_response(
-                    g.text, question=q.text, answer_kind=q.answer_kind).response is None]
+                if not g.error and not _is_json(texts[k]) and derive_response(
+                    texts[k], question=q.text, answer_kind=q.answer_kind).response is None]
         if not todo:
             return {}
         follow = [[*prompts[k], {"role": "assistant", "content": texts[k].strip() or "..."},

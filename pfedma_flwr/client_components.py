@@ -121,6 +121,7 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
             partition_id=pid, num_clients=n, data_dir=data_dir or ""),
         response_format=a.response_format, seed=cfg.seed * 1000 + pid, lessons=a.lessons,
         lesson_min_sim=a.lesson_min_sim,
+        reasoning=policy.reasoning(profile.reasoning if a.reasoning == "profile" else a.reasoning),
     )
 
 

@@ -169,6 +169,8 @@ class AgentConfig:
     profile_backbones: dict[str, str] = field(default_factory=dict)
     # reasoning: free-text chain of thought, structured response derived from it | json
     response_format: str = "reasoning"
+    # how numeric tasks are solved: profile (each profile's own) | cot | program
+    reasoning: str = "profile"
     # lessons of X_i recalled into a prompt, and the cosine a query needs to recall one
     lessons: int = 1
     lesson_min_sim: float = 0.6
@@ -351,6 +353,8 @@ def _validate(cfg: PFedMAConfig) -> None:
         (cfg.agent.backend.max_tokens >= 1, "agent.backend.max_tokens must be >= 1"),
         (cfg.agent.response_format in ("reasoning", "json"),
          f"agent.response_format must be reasoning|json, got {cfg.agent.response_format!r}"),
+        (cfg.agent.reasoning in ("profile", "cot", "program"),
+         f"agent.reasoning must be profile|cot|program, got {cfg.agent.reasoning!r}"),
         (cfg.agent.lessons >= 0, "agent.lessons must be >= 0"),
         (-1.0 <= cfg.agent.lesson_min_sim <= 1.0, "agent.lesson_min_sim must be in [-1, 1]"),
         (r.refine_style in REFINE_STYLES,

@@ -15,15 +15,18 @@ it or weaken its privacy enforcement are therefore the node's:
 - ``allow-run-endpoint`` (false): take ``base_url`` / ``api_key_env`` / data dir from the run
   config when the node sets none;
 - ``allow-plugins`` (false): let the run config name ``module:attr`` code;
-- ``allow-adversary`` (false): let ``adversary.ratio`` make this node act malicious.
+- ``allow-adversary`` (false): let ``adversary.ratio`` make this node act malicious;
+- ``allow-programs`` (false): let agents of program-aided profiles run the Python programs
+  their model writes, in the client's limited child interpreter (:mod:`pfedma_flwr.agents.
+  program`); without it they reason in chain of thought.
 
 A node whose config holds only Flower's simulation keys (``partition-id``, ``num-partitions``)
 is a *simulated* node: Flower's simulation engine builds that config itself, so no operator
 could have set anything else, and the run submitter owns the machine and ships the ClientApp
-code anyway. Simulated nodes keep the run's endpoint, data dir, rule mode and adversary (the
-ablation and robustness presets need them); they still refuse ``module:attr`` plug-ins from the
-run config unless the environment of the simulating process (the machine owner's) sets
-``PFEDMA_ALLOW_PLUGINS=1``.
+code anyway. Simulated nodes keep the run's endpoint, data dir, rule mode, programs and
+adversary (the ablation and robustness presets need them); they still refuse ``module:attr``
+plug-ins from the run config unless the environment of the simulating process (the machine
+owner's) sets ``PFEDMA_ALLOW_PLUGINS=1``.
 Every SuperNode of a deployment sets at least ``state-dir`` or ``data-dir`` and is a deployed
 node with the strict defaults above.
 """
@@ -59,7 +62,8 @@ SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: node-config keys of this module (the others: partition-id, num-partitions, profile,
 #: client-id, state-dir are read by the ClientApp)
 POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-dir",
-               "min-rule-mode", "pii", "allow-run-endpoint", "allow-plugins", "allow-adversary")
+               "min-rule-mode", "pii", "allow-run-endpoint", "allow-plugins", "allow-adversary",
+               "allow-programs")
 PII_RECOGNIZERS = ("presidio", "regex")
 NODE_KEYS = frozenset({*POLICY_KEYS, *SIMULATION_KEYS, "profile", "client-id", "state-dir"})
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -97,6 +101,9 @@ class NodePolicy:
         Whether the run config may name ``module:attr`` code to import on this node.
     allow_adversary : bool
         Whether the run's ``adversary`` section may make this node's agent act malicious.
+    allow_programs : bool
+        Whether this node's agent may run the programs its model writes (``reasoning:
+        program``).
     simulated : bool
         Built from Flower's simulation node config (for logs and docs only).
     """
@@ -111,6 +118,7 @@ class NodePolicy:
     allow_run_endpoint: bool = False
     allow_plugins: bool = False
     allow_adversary: bool = False
+    allow_programs: bool = False
     simulated: bool = False
 
     def __post_init__(self) -> None:
@@ -135,6 +143,7 @@ class NodePolicy:
         if set(node) <= SIMULATION_KEYS:
             env = os.environ if environ is None else environ
             return cls(min_rule_mode="NR", allow_run_endpoint=True, allow_adversary=True,
+                       allow_programs=True,
                        allow_plugins=parse_bool(env.get(ALLOW_PLUGINS_ENV, "0"),
                                                 f"environment variable {ALLOW_PLUGINS_ENV}"),
                        simulated=True)
@@ -155,6 +164,8 @@ class NodePolicy:
                                      "node config 'allow-plugins'"),
             allow_adversary=parse_bool(node.get("allow-adversary", False),
                                        "node config 'allow-adversary'"),
+            allow_programs=parse_bool(node.get("allow-programs", False),
+                                      "node config 'allow-programs'"),
         )
 
     def rule_mode(self, requested: str) -> str:
@@ -181,6 +192,14 @@ class NodePolicy:
             logger.warning("ignoring adversary.ratio=%s from the run config: this node does "
                            "not act malicious (allow-adversary=false)", requested)
             return 0.0
+        return requested
+
+    def reasoning(self, requested: str) -> str:
+        """``requested`` (cot | program), or cot where this node does not run programs."""
+        if requested == "program" and not self.allow_programs:
+            logger.info("this node runs no model-written programs (allow-programs=false): "
+                        "chain of thought instead")
+            return "cot"
         return requested
 
     def data_dir_for(self, run_data_dir: str) -> str:

@@ -40,12 +40,17 @@ class AgentProfile:
         System prompt establishing the persona and how it reasons.
     backbone : str
         Backend/model key this agent runs on; ``"default"`` uses the configured backend.
+    reasoning : {"cot", "program"}
+        How the agent solves tasks with a numeric answer: a chain of thought, or a short
+        Python program the client runs (:mod:`pfedma_flwr.agents.program`). Other tasks are
+        always answered in chain of thought. ``agent.reasoning`` can override it for all.
     """
 
     name: str
     domains: tuple[str, ...]
     prompt: str
     backbone: str = "default"
+    reasoning: str = "cot"
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name:
@@ -62,18 +67,23 @@ class AgentProfile:
             raise ValueError(f"profile {self.name!r} needs a non-empty prompt")
         if not self.backbone:
             raise ValueError(f"profile {self.name!r} needs a backbone ('default' for the default)")
+        if self.reasoning not in ("cot", "program"):
+            raise ValueError(f"profile {self.name!r}: reasoning must be cot|program, "
+                             f"got {self.reasoning!r}")
 
     def covers(self, knowledge_domain: str) -> bool:
         """Whether ``knowledge_domain`` is one of this profile's domains."""
         return knowledge_domain in self.domains
 
 
-def _p(name: str, domains: tuple[str, ...], prompt: str) -> AgentProfile:
-    return AgentProfile(name=name, domains=domains, prompt=prompt)
+def _p(name: str, domains: tuple[str, ...], prompt: str, reasoning: str = "cot") -> AgentProfile:
+    return AgentProfile(name=name, domains=domains, prompt=prompt, reasoning=reasoning)
 
 
 # Order matters: small federations take a prefix, so math, medicine and generalist agents come
-# first and each further block of a few profiles adds breadth.
+# first and each further block of a few profiles adds breadth. The statistician, the financial
+# analyst, the computer scientist and the engineer compute numeric answers with a program: one
+# model reasoning one way fails together, two ways make different mistakes (docs/accuracy.md).
 BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     _p("mathematician", ("math",),
        "You are a careful mathematician. Translate each word problem into precise quantities and "
@@ -90,7 +100,7 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     _p("statistician", ("math", "economics"),
        "You are a meticulous statistician. Make every quantity, rate and percentage explicit, "
        "keep track of what each number refers to, and double-check proportions, averages and "
-       "totals with an independent calculation."),
+       "totals with an independent calculation.", reasoning="program"),
     _p("pharmacologist", ("medicine", "chemistry"),
        "You are a clinical pharmacologist. Reason about mechanisms of action, pharmacokinetics, "
        "adverse effects, contraindications and drug interactions, and connect them to the "
@@ -101,7 +111,8 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
        "differences that could change the outcome."),
     _p("financial-analyst", ("finance", "math"),
        "You are a rigorous financial analyst. Lay out cash flows, prices, rates and discounts "
-       "explicitly, compute totals step by step, and sanity-check the magnitude of every result."),
+       "explicitly, compute totals step by step, and sanity-check the magnitude of every result.",
+       reasoning="program"),
     _p("physicist", ("physics", "math"),
        "You are a physicist. Model the situation with the governing principles, keep units "
        "consistent throughout, estimate orders of magnitude, and check limiting cases before "
@@ -113,7 +124,7 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     _p("computer-scientist", ("computer science", "math"),
        "You are a computer scientist. Break problems into precise steps like an algorithm, track "
        "every intermediate value, consider edge cases, and verify the result by re-tracing the "
-       "computation."),
+       "computation.", reasoning="program"),
     _p("chemist", ("chemistry", "physics"),
        "You are a chemist. Reason from structure, stoichiometry, thermodynamics and reaction "
        "mechanisms, balance every equation, and check quantities and units at each step."),
@@ -134,7 +145,7 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     _p("engineer", ("physics", "computer science", "math"),
        "You are a practical engineer. Turn the problem into known quantities and constraints, "
        "compute with consistent units, and check that the answer is feasible and sensible in "
-       "the real world."),
+       "the real world.", reasoning="program"),
     _p("epidemiologist", ("medicine", "biology", "math"),
        "You are an epidemiologist and public-health physician. Reason about risk, incidence, "
        "screening test characteristics and study design, and interpret numbers such as "

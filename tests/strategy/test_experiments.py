@@ -118,10 +118,15 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
 
     preset = load_preset("main")
     runs = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path)}
-    assert list(runs) == list(METHODS)  # Table 1's methods, by their strategy.name
+    # Table 1's methods by their strategy.name, and the lone agent reasoning with programs
+    levels = [*METHODS[:2], "single-agent-program", *METHODS[2:]]
+    assert list(runs) == levels
     for m in METHODS[1:]:
         assert f"strategy.name={m}" in runs[m].overrides
-    # the same agent pool and round budget for every method but the lone agent
+    prog = runs["single-agent-program"]
+    assert prog.num_clients == 1 and "agent.reasoning=program" in prog.overrides
+    assert "strategy.name=single-agent" in prog.overrides
+    # the same agent pool and round budget for every method but the lone agents
     assert {runs[m].num_clients for m in METHODS if m != "single-agent"} == {8}
     # the single agent: one client whatever the size's N, one round, no filter, no rules, greedy
     assert runs["pfedma"].num_clients == 8 and runs["single-agent"].num_clients == 1
@@ -133,11 +138,11 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
     # the CLI's --num-clients does not turn the single agent into a federation
     again = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path, num_clients=5)}
     assert again["single-agent"].num_clients == 1 and again["pfedma"].num_clients == 5
-    # at tiny size all eight run, on the same questions, with a method column in results.csv
+    # at tiny size all nine run, on the same questions, with a method column in results.csv
     result = run_experiment("main", size="tiny", output_dir=tmp_path / "tiny",
                             executor=fakegrid_executor)
     rows = _read_csv(tmp_path / "tiny" / "results.csv")
-    assert [r["method"] for r in rows] == list(METHODS)
+    assert [r["method"] for r in rows] == levels
     assert all(r["ACC"] not in ("", "nan") for r in rows)
     import json
 
