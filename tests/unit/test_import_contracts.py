@@ -33,6 +33,7 @@ CLIENT_PRIVATE = (
     "pfedma_flwr.rules.local_repo",
     "pfedma_flwr.rules.local_entries",
     "pfedma_flwr.client_agent",
+    "pfedma_flwr.agent_state",
     "pfedma_flwr.client_components",
     "client_apps",
 )
