@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from pfedma_flwr.aggregation import CollabState, RoundResponse
 from pfedma_flwr.answers import Options, answers_equal
 from pfedma_flwr.embeddings import Embedder
-from pfedma_flwr.routing.orchestrator import CandidateState, Selection, validate_selection
+from pfedma_flwr.routing.orchestrator import (
+    CandidateState,
+    OrchestratorQuery,
+    Selection,
+    validate_selection,
+)
 
 #: Characters of one quoted answer / claim in a digest sent to other agents.
 ANSWER_CHARS = 160
@@ -115,6 +121,37 @@ class BaselineOrchestrator:
     def _k(self, round: int, k_max: int | None) -> int:
         check_round(round)
         return check_k(k_max, self.k_max)
+
+    #: The STOP reason after round 1 of a one-round method; empty for multi-round methods.
+    one_round: ClassVar[str] = ""
+
+    def select(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int,
+               k_max: int | None = None) -> Selection:
+        """See :class:`~pfedma_flwr.routing.Orchestrator`.
+
+        The checks every baseline shares (``k``, no candidates, one-round methods), then
+        :meth:`stop_reason` and :meth:`choose` of the method.
+        """
+        k = self._k(round, k_max)
+        if not candidates:
+            return Selection.stop_now("no candidates")
+        if round > 1 and self.one_round:
+            return Selection.stop_now(self.one_round)
+        why = self.stop_reason(query, z, round=round)
+        if why:
+            return Selection.stop_now(why)
+        return self.choose(query, z, candidates, round=round, k=k)
+
+    def stop_reason(self, query: OrchestratorQuery, z: CollabState | None, *,
+                    round: int) -> str:
+        """Why the method stops this query before ``round`` (empty: it goes on)."""
+        return ""
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """The method's selection for ``round`` (at most ``k`` of ``candidates``)."""
+        raise NotImplementedError
 
     @staticmethod
     def _pick(chosen: Sequence[str], candidates: Sequence[CandidateState], k: int) -> Selection:

@@ -95,15 +95,14 @@ class OptAgentOrchestrator(BaselineOrchestrator):
         """The collaboration graph after every finished query."""
         return edge_weights(list(self._scores.values()), eta=self.eta)
 
-    def select(self, query: OrchestratorQuery, z: CollabState | None,
-               candidates: Sequence[CandidateState], *, round: int,
-               k_max: int | None = None) -> Selection:
-        """See :class:`~pfedma_flwr.routing.Orchestrator`."""
-        k = self._k(round, k_max)
-        if not candidates:
-            return Selection.stop_now("no candidates")
-        if round > 1 and unanimous(z):
-            return Selection.stop_now("the debate agrees")
+    def stop_reason(self, query: OrchestratorQuery, z: CollabState | None, *,
+                    round: int) -> str:
+        """See :meth:`BaselineOrchestrator.stop_reason`."""
+        return "the debate agrees" if round > 1 and unanimous(z) else ""
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """See :meth:`BaselineOrchestrator.choose`."""
         order = ranked(query, candidates)
         return self._pick(same_team(candidates, order, k) if round > 1 else order[:k],
                           candidates, k)

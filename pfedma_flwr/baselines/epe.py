@@ -74,15 +74,11 @@ class EPEOrchestrator(BaselineOrchestrator):
         super().__init__(k_max=k_max, embedder=embedder)
         self.recognizer = recognizer
 
-    def select(self, query: OrchestratorQuery, z: CollabState | None,
-               candidates: Sequence[CandidateState], *, round: int,
-               k_max: int | None = None) -> Selection:
-        """See :class:`~pfedma_flwr.routing.Orchestrator`."""
-        k = self._k(round, k_max)
-        if not candidates:
-            return Selection.stop_now("no candidates")
-        if round > 1:
-            return Selection.stop_now("EPEAgents: one round")
+    one_round = "EPEAgents: one round"
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """See :meth:`BaselineOrchestrator.choose`."""
         return self._pick(ranked(query, candidates)[:k], candidates, k)
 
     def compose(self, view: AgentView) -> tuple[str, str]:

@@ -50,15 +50,14 @@ class FedICLOrchestrator(BaselineOrchestrator):
         super().__init__(k_max=k_max, embedder=embedder)
         self.seed = seed
 
-    def select(self, query: OrchestratorQuery, z: CollabState | None,
-               candidates: Sequence[CandidateState], *, round: int,
-               k_max: int | None = None) -> Selection:
-        """See :class:`~pfedma_flwr.routing.Orchestrator`."""
-        k = self._k(round, k_max)
-        if not candidates:
-            return Selection.stop_now("no candidates")
-        if round > 1 and unanimous(z):
-            return Selection.stop_now("every answer agrees")
+    def stop_reason(self, query: OrchestratorQuery, z: CollabState | None, *,
+                    round: int) -> str:
+        """See :meth:`BaselineOrchestrator.stop_reason`."""
+        return "every answer agrees" if round > 1 and unanimous(z) else ""
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """See :meth:`BaselineOrchestrator.choose`."""
         ids = sorted(c.client_id for c in candidates)
         order = [ids[int(i)] for i in query_rng(self.seed, query.query_id, 0).permutation(len(ids))]
         return self._pick(same_team(candidates, order, k) if round > 1 else order[:k],

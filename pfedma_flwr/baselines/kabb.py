@@ -108,15 +108,11 @@ class KABBOrchestrator(BaselineOrchestrator):
                        beta0=self.beta0), knowledge_distance(query.domain, c.domains))
             for c in candidates}
 
-    def select(self, query: OrchestratorQuery, z: CollabState | None,
-               candidates: Sequence[CandidateState], *, round: int,
-               k_max: int | None = None) -> Selection:
-        """See :class:`~pfedma_flwr.routing.Orchestrator`."""
-        k = self._k(round, k_max)
-        if not candidates:
-            return Selection.stop_now("no candidates")
-        if round > 1:
-            return Selection.stop_now("KABB: one selection per query")
+    one_round = "KABB: one selection per query"
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """See :meth:`BaselineOrchestrator.choose`."""
         rng = query_rng(self.seed, query.query_id, round)
         return self._pick(thompson_top_k(self.params(query, candidates), k, rng), candidates, k)
 

@@ -49,15 +49,14 @@ class MoAOrchestrator(BaselineOrchestrator):
             raise ValueError(f"t_max must be an integer >= 1, got {t_max!r}")
         self.t_max = t_max
 
-    def select(self, query: OrchestratorQuery, z: CollabState | None,
-               candidates: Sequence[CandidateState], *, round: int,
-               k_max: int | None = None) -> Selection:
-        """See :class:`~pfedma_flwr.routing.Orchestrator`."""
-        k = self._k(round, k_max)
-        if not candidates:
-            return Selection.stop_now("no candidates")
-        if round > self.t_max:
-            return Selection.stop_now("MoA: every layer ran")
+    def stop_reason(self, query: OrchestratorQuery, z: CollabState | None, *,
+                    round: int) -> str:
+        """See :meth:`BaselineOrchestrator.stop_reason`."""
+        return "MoA: every layer ran" if round > self.t_max else ""
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """See :meth:`BaselineOrchestrator.choose`."""
         n = 1 if moa_role(round, self.t_max) == AGGREGATOR else k
         return self._pick(ranked(query, candidates)[:n], candidates, k)
 

@@ -64,18 +64,18 @@ class RouterR1Orchestrator(BaselineOrchestrator):
         # query id -> turn -> canonical answer of that turn (z of the latest-turn vote)
         self._answers: dict[str, dict[int, str]] = {}
 
-    def select(self, query: OrchestratorQuery, z: CollabState | None,
-               candidates: Sequence[CandidateState], *, round: int,
-               k_max: int | None = None) -> Selection:
-        """See :class:`~pfedma_flwr.routing.Orchestrator`."""
-        k = self._k(round, k_max)
-        if not candidates:
-            return Selection.stop_now("no candidates")
-        if round > 1:
-            seen = self._answers.setdefault(query.query_id, {})
-            seen[round - 1] = z.canonical if z is not None and not z.empty else ""
-            if repeated(seen):
-                return Selection.stop_now("the answer repeated")
+    def stop_reason(self, query: OrchestratorQuery, z: CollabState | None, *,
+                    round: int) -> str:
+        """The answer of the latest turn repeats an earlier turn's (records the turn's answer)."""
+        if round == 1:
+            return ""
+        seen = self._answers.setdefault(query.query_id, {})
+        seen[round - 1] = z.canonical if z is not None and not z.empty else ""
+        return "the answer repeated" if repeated(seen) else ""
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """See :meth:`BaselineOrchestrator.choose`."""
         order = ranked(query, candidates, router_scores(
             query, candidates, use_capability=self.use_capability))
         consulted = [c.client_id for c in candidates if c.asked_for_this_query]

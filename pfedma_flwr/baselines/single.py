@@ -17,13 +17,9 @@ class SingleAgentOrchestrator(BaselineOrchestrator):
     same model answering alone.
     """
 
-    def select(self, query: OrchestratorQuery, z: CollabState | None,
-               candidates: Sequence[CandidateState], *, round: int,
-               k_max: int | None = None) -> Selection:
-        """See :class:`~pfedma_flwr.routing.Orchestrator`."""
-        k = self._k(round, k_max)
-        if not candidates:
-            return Selection.stop_now("no candidates")
-        if round > 1:
-            return Selection.stop_now("single agent: one round")
+    one_round = "single agent: one round"
+
+    def choose(self, query: OrchestratorQuery, z: CollabState | None,
+               candidates: Sequence[CandidateState], *, round: int, k: int) -> Selection:
+        """See :meth:`BaselineOrchestrator.choose`."""
         return self._pick(ranked(query, candidates)[:1], candidates, k)
