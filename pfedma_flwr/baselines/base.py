@@ -15,6 +15,7 @@ from pfedma_flwr.routing.orchestrator import (
     CandidateState,
     OrchestratorQuery,
     Selection,
+    round_budget,
     validate_selection,
 )
 
@@ -23,21 +24,6 @@ ANSWER_CHARS = 160
 CLAIM_CHARS = 200
 #: Cap on a whole digest (well under the protocol's 8000-character text cap).
 DIGEST_CHARS = 2000
-
-
-def check_k(k: int | None, default: int) -> int:
-    """``k`` validated (an int >= 1), else ``default``."""
-    if k is None:
-        return default
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k_max must be an integer >= 1, got {k!r}")
-    return k
-
-
-def check_round(round: int) -> None:
-    """Rounds are 1-based."""
-    if round < 1:
-        raise ValueError(f"round must be >= 1, got {round}")
 
 
 def query_rng(seed: int, query_id: str, round: int) -> np.random.Generator:
@@ -115,12 +101,11 @@ class BaselineOrchestrator:
     """
 
     def __init__(self, *, k_max: int, embedder: Embedder | None = None) -> None:
-        self.k_max = check_k(k_max, 1)
+        self.k_max = round_budget(k_max, 1, 1)
         self.embedder = embedder
 
     def _k(self, round: int, k_max: int | None) -> int:
-        check_round(round)
-        return check_k(k_max, self.k_max)
+        return round_budget(k_max, self.k_max, round)
 
     #: The STOP reason after round 1 of a one-round method; empty for multi-round methods.
     one_round: ClassVar[str] = ""

@@ -28,6 +28,7 @@ from pfedma_flwr.routing.orchestrator import (
     OrchestratorQuery,
     Selection,
     _check_k,
+    round_budget,
 )
 
 if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import would be circular
@@ -282,9 +283,7 @@ class LLMOrchestrator:
         k_max: int | None = None,
     ) -> Selection:
         """See :class:`~pfedma_flwr.routing.orchestrator.Orchestrator`."""
-        k = _check_k(k_max, "k_max") or self.k_max
-        if round < 1:
-            raise ValueError(f"round must be >= 1, got {round}")
+        k = round_budget(k_max, self.k_max, round)
         if not candidates:
             return Selection.stop_now("no candidates")
         self.decisions += 1

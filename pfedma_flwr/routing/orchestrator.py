@@ -108,6 +108,16 @@ def _check_k(k: int | None, name: str) -> int | None:
     return k
 
 
+def round_budget(k_max: int | None, default: int, round: int) -> int:
+    """The checks every ``select`` starts with: the round's K (``k_max`` or ``default``).
+
+    Raises ``ValueError`` for a ``k_max`` that is not an integer >= 1 or a round below 1.
+    """
+    if round < 1:
+        raise ValueError(f"round must be >= 1, got {round}")
+    return _check_k(k_max, "k_max") or default
+
+
 MIN_AGREEING = 2  # the stopping rule's "at least 2 agreeing retained responses"
 
 
@@ -221,9 +231,7 @@ class HeuristicOrchestrator:
         k_max: int | None = None,
     ) -> Selection:
         """See :class:`Orchestrator`."""
-        k = _check_k(k_max, "k_max") or self.k_max
-        if round < 1:
-            raise ValueError(f"round must be >= 1, got {round}")
+        k = round_budget(k_max, self.k_max, round)
         if not candidates:
             return Selection.stop_now("no candidates")
         if z is not None and should_stop(z, round, self.stop_support):
@@ -298,9 +306,7 @@ class RandomOrchestrator:
         k_max: int | None = None,
     ) -> Selection:
         """See :class:`Orchestrator`."""
-        k = _check_k(k_max, "k_max") or self.k_max
-        if round < 1:
-            raise ValueError(f"round must be >= 1, got {round}")
+        k = round_budget(k_max, self.k_max, round)
         if not candidates:
             return Selection.stop_now("no candidates")
         if self.stop_support is not None and should_stop(z, round, self.stop_support):
