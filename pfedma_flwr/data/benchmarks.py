@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pfedma_flwr import resources
 from pfedma_flwr.answers import ANSWER_KINDS
 from pfedma_flwr.registry import Registry
 
@@ -33,8 +34,9 @@ TASK_DOMAINS = ("math", "medicine", "general", "web", "privacy")
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CALC_ANNOTATION = re.compile(r"<<[^>]*>>")
-# The repository's data/ sits next to the package: <repo>/pfedma_flwr/data/benchmarks.py.
-_REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+# The clone's data/, or in a wheel the package's _data (pfedma_flwr/resources.py); a
+# non-editable install had no default data dir before (it looked for site-packages/data).
+_REPO_DATA_DIR = resources.data_dir()
 _FIX_HINT = (
     f"set the run-config key 'data-dir' (or data.data_dir in conf/*.yaml) or the environment "
     f"variable {DATA_DIR_ENV} to the absolute path of a directory holding "
@@ -122,8 +124,9 @@ class Task:
 def resolve_data_dir(explicit: str | None) -> Path:
     """Locate the benchmark data dir.
 
-    Order: ``explicit`` (config / run config), then ``$PFEDMA_DATA_DIR``, then the repository's
-    ``data/`` next to the package source. Empty strings count as unset.
+    Order: ``explicit`` (config / run config), then ``$PFEDMA_DATA_DIR``, then the data
+    shipped with the app (the clone's ``data/``, a wheel's ``pfedma_flwr/_data``). Empty strings
+    count as unset.
 
     Raises
     ------
@@ -141,7 +144,7 @@ def resolve_data_dir(explicit: str | None) -> Path:
     if _REPO_DATA_DIR.is_dir():
         return _REPO_DATA_DIR
     raise FileNotFoundError(
-        f"no benchmark data dir given and the repository default {str(_REPO_DATA_DIR)!r} does "
+        f"no benchmark data dir given and the shipped default {str(_REPO_DATA_DIR)!r} does "
         f"not exist; {_FIX_HINT}"
     )
 

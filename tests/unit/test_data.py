@@ -218,7 +218,7 @@ def test_resolve_data_dir_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         resolve_data_dir(None)
     monkeypatch.delenv(bm.DATA_DIR_ENV)
     monkeypatch.setattr(bm, "_REPO_DATA_DIR", missing)
-    with pytest.raises(FileNotFoundError, match=r"repository default .*nowhere"):
+    with pytest.raises(FileNotFoundError, match=r"shipped default .*nowhere"):
         resolve_data_dir(None)
     # A dir without the benchmark file (e.g. an app bundle's data/ holding only SOURCES.md).
     with pytest.raises(FileNotFoundError, match=r"gsm8k/test.jsonl.gz' not found.*data-dir"):

@@ -129,8 +129,10 @@ def test_plain_install_finds_conf_data_and_app_dir(wheel, tmp_path):
         "import json, pfedma_flwr, pfedma_flwr.resources as r\n"
         "from pfedma_flwr.config import CONF_DIR, load_config\n"
         "from pfedma_flwr.experiments.presets import EXPERIMENTS_DIR\n"
+        "from pfedma_flwr.data.benchmarks import resolve_data_dir\n"
         "cfg = load_config({'config-name': 'tiny'})\n"
         "print(json.dumps({'pkg': pfedma_flwr.__file__, 'conf': str(CONF_DIR),\n"
+        "  'loads_from': str(resolve_data_dir(None)),\n"
         "  'data': str(r.data_dir()), 'app': str(r.app_dir()), 'exp': str(EXPERIMENTS_DIR),\n"
         "  'backend': cfg.agent.backend.name, 'version': pfedma_flwr.__version__}))\n"
     )
@@ -145,6 +147,8 @@ def test_plain_install_finds_conf_data_and_app_dir(wheel, tmp_path):
     assert got["conf"].startswith(site) and got["conf"].endswith("pfedma_flwr/_conf")
     assert got["exp"] == got["conf"] + "/experiments"
     assert Path(got["data"], "gsm8k", "test.jsonl.gz").is_file()
+    # what the benchmark loaders use by default (it once looked for site-packages/data)
+    assert got["loads_from"] == got["data"] and got["data"].startswith(site)
     assert Path(got["app"], "pyproject.toml").is_file() and got["app"].startswith(site)
     assert got["version"] == pfedma_flwr.__version__
     script = env_dir / "bin" / "pfedma"
