@@ -195,6 +195,7 @@ class CollaborationEngine:
             candidates = [
                 CandidateState(client_id=c, state=self.routing.get(c),
                                profile=self.clients[c].description,
+                               price=s.price(self.clients[c].backbone) if s.prices else None,
                                profile_embedding=self._profile_emb[c],
                                asked_for_this_query=c in q.asked,
                                domains=tuple(self.clients[c].domains))
@@ -269,6 +270,9 @@ class CollaborationEngine:
             for c in cids:
                 if c in got:
                     q.tokens += got[c].tokens
+                    # the server's price table, at the backbone the client described
+                    backbone = self.clients[c].backbone if c in self.clients else "default"
+                    q.cost += got[c].tokens * s.price(backbone) / 1e6
         results = evaluate_batch(
             groups, kinds=[q.task.answer_kind for q in in_flight], judge=self.judge,
             embedder=self.embedder, lambda_pool=s.lambda_pool, alpha_con=s.alpha_con,

@@ -128,6 +128,9 @@ class RoutingConfig:
     # refinement wording: independent (re-solve from scratch, earlier answers only listed) |
     # verify (the candidate answer and its claims, asking to verify it)
     refine_style: str = "independent"
+    # USD per million tokens by profile backbone ("default": the agent backend); the cost of
+    # each query in queries.jsonl and the candidates' cost in the llm orchestrator's prompt
+    prices: dict[str, float] = field(default_factory=dict)
     # backend of the llm orchestrator (used only when orchestrator = llm; docs/training.md)
     llm_backend: BackendConfig = field(default_factory=lambda: BackendConfig(max_tokens=256))
 
@@ -357,6 +360,8 @@ def _validate(cfg: PFedMAConfig) -> None:
          f"agent.reasoning must be profile|cot|program, got {cfg.agent.reasoning!r}"),
         (cfg.agent.lessons >= 0, "agent.lessons must be >= 0"),
         (-1.0 <= cfg.agent.lesson_min_sim <= 1.0, "agent.lesson_min_sim must be in [-1, 1]"),
+        (all(v >= 0 for v in r.prices.values()),
+         f"routing.prices must be USD per million tokens >= 0, got {dict(r.prices)}"),
         (r.refine_style in REFINE_STYLES,
          f"routing.refine_style must be one of {REFINE_STYLES}, got {r.refine_style!r}"),
         (0.0 <= cfg.adversary.ratio <= 1.0,

@@ -51,12 +51,24 @@ class EngineSettings:
     sim_threshold: float = 0.9
     seed: int = 0
     max_failed_share: float = 0.5
+    # USD per million tokens by backbone ("default": the configured agent backend)
+    prices: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_failed_share <= 1.0:
             raise ValueError("max_failed_share (share of failed answers above which a run "
                              f"ends {GENERATION_FAILED!r}) must be in [0, 1], got "
                              f"{self.max_failed_share}")
+        bad = {k: v for k, v in self.prices.items()
+               if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < 1e9}
+        if bad:
+            raise ValueError(f"routing.prices must map backbone names to USD per million tokens "
+                             f">= 0, got {bad}")
+        object.__setattr__(self, "prices", {str(k): float(v) for k, v in self.prices.items()})
+
+    def price(self, backbone: str) -> float:
+        """USD per million tokens of ``backbone`` (unlisted: the ``default`` price, else 0)."""
+        return self.prices.get(backbone, self.prices.get("default", 0.0))
 
 
 @dataclass
@@ -73,6 +85,8 @@ class QueryState:
     tokens: int = 0
     backend_calls: float = 0.0
     query_rules_fired: int = 0
+    # USD of the query's tokens at the routing.prices of each answering client's backbone
+    cost: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Checkpoint form (between rounds, so ``routed`` is empty and not stored)."""
@@ -85,6 +99,7 @@ class QueryState:
                         for r in self.history],
             "asked": sorted(self.asked), "selections": self.selections, "tokens": self.tokens,
             "backend_calls": self.backend_calls, "query_rules_fired": self.query_rules_fired,
+            "cost": self.cost,
         }
 
     @classmethod
@@ -102,6 +117,7 @@ class QueryState:
             asked=set(d.get("asked", [])), selections=[list(s) for s in d.get("selections", [])],
             tokens=int(d.get("tokens", 0)), backend_calls=float(d.get("backend_calls", 0.0)),
             query_rules_fired=int(d.get("query_rules_fired", 0)),
+            cost=float(d.get("cost", 0.0)),
         )
 
 
@@ -115,7 +131,7 @@ def finish_record(q: QueryState, reason: str) -> dict[str, Any]:
                                                options=q.task.options or None),
         "rounds": q.t, "stop_reason": reason, "selections": q.selections,
         "support": q.z.support if q.z is not None else 0.0, "tokens": q.tokens,
-        "backend_calls": round(float(q.backend_calls), 3),
+        "backend_calls": round(float(q.backend_calls), 3), "cost": round(q.cost, 8),
         "query_rules_fired": q.query_rules_fired,
         # z's claims: what the analysis judges besides the answer (attack success, leakage)
         "z_claims": list(q.z.claims) if q.z is not None else [],
@@ -143,6 +159,7 @@ def query_metrics(finished: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "rounds_per_query": sum(r["rounds"] for r in finished) / n,
         "tokens_per_query": sum(r["tokens"] for r in finished) / n,
         "backend_calls_per_query": sum(r["backend_calls"] for r in finished) / n,
+        "cost_per_query": sum(float(r.get("cost", 0.0)) for r in finished) / n,
         "stop_reasons": count(str(r["stop_reason"]) for r in finished),
     }
 

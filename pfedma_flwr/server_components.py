@@ -105,7 +105,7 @@ def build_engine(
         consensus=a.consensus, ablation=a.ablation, use_capability=r.use_capability,
         use_reliability=r.use_reliability, refine_query=r.refine_query,
         refine_style=r.refine_style, rule_mode=ru.mode,
-        sim_threshold=ru.sim_threshold, seed=cfg.seed,
+        sim_threshold=ru.sim_threshold, seed=cfg.seed, prices=dict(r.prices),
     )
     parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
                              "settings": settings}

@@ -5,7 +5,8 @@ Everything is read from ``summary.json``, ``queries.jsonl``, ``rounds.jsonl`` an
 query id. Rates are fractions in ``[0, 1]``; NaN = not measurable in this run.
 
 - ACC (+ ``ACC/<benchmark>``), rounds, tokens and backend calls per query: ``summary.json``;
-  ``tokens_per_solved``: all tokens of the run's queries over the number answered correctly.
+  ``tokens_per_solved``: all tokens of the run's queries over the number answered correctly;
+  ``cost`` and ``cost_per_solved``: the same in USD at ``routing.prices`` (0 without prices).
 - FFR, ``orchestrator_tokens``: the LLM orchestrator's format-failure rate and its tokens per
   query (``summary.json`` ``orchestrator.state``; NaN for policies without them).
 - LR (PrivacyLens): :func:`pfedma_flwr.metrics.leakage_rate` on the final output of each
@@ -264,6 +265,8 @@ def run_metrics(run: RunData) -> dict[str, float]:
         "rounds": float(s.get("rounds_per_query", math.nan)),
         "tokens": float(s.get("tokens_per_query", math.nan)),
         "calls": float(s.get("backend_calls_per_query", math.nan)),
+        # USD per query at routing.prices (0 without prices)
+        "cost": float(s.get("cost_per_query", math.nan)),
         "global_rules": float(s.get("rules", {}).get("global_active", 0)),
         "query_rules": sum(int(r.get("query_rules_fired", 0)) for r in run.queries)
         / max(1, len(run.queries)),
@@ -274,6 +277,8 @@ def run_metrics(run: RunData) -> dict[str, float]:
     solved = sum(bool(r.get("correct")) for r in run.queries)
     spent = sum(float(r.get("tokens", 0)) for r in run.queries)
     m["tokens_per_solved"] = spent / solved if solved else math.nan
+    paid = sum(float(r.get("cost", 0.0)) for r in run.queries)
+    m["cost_per_solved"] = paid / solved if solved else math.nan
     # the LLM orchestrator's own counters (summary.json "orchestrator"); n/a for other policies
     orch = (s.get("orchestrator") or {}).get("state") or {}
     m["FFR"] = float(orch["format_failure_rate"]) if "format_failure_rate" in orch else math.nan

@@ -18,7 +18,8 @@ from pfedma_flwr.experiments.presets import ExperimentPreset
 
 #: Metrics written as they are (not fractions).
 RAW_METRICS = frozenset({"rounds", "tokens", "calls", "global_rules", "query_rules", "NRP",
-                         "tokens_per_solved", "orchestrator_tokens"})
+                         "tokens_per_solved", "orchestrator_tokens", "cost",
+                         "cost_per_solved"})
 
 
 def display_value(metric: str, value: float | None) -> float | None:

@@ -153,7 +153,8 @@ def build_prompt(
 
     Each candidate line carries its id, public profile domains, ``C`` for the query's domain
     and every other domain it has a value for, ``S``, times asked for the domain, whether it
-    was asked for this query, and its cost (``costs[id]``, ``?`` when unknown).
+    was asked for this query, and its cost: ``costs[id]``, else the candidate's price (USD per
+    million tokens of its backbone, ``routing.prices``), ``?`` when unknown.
     """
     lines = [f"Query (domain {query.domain}, round {round}, at most {k_max} agents):",
              query.text.strip(), ""]
@@ -170,7 +171,7 @@ def build_prompt(
         st = c.state
         caps = {query.domain: st.c(query.domain), **st.capability}
         cap = ", ".join(f"{_client_text(d)}={_fmt(v)}" for d, v in caps.items())
-        cost = costs.get(c.client_id) if costs else None
+        cost = costs.get(c.client_id) if costs else c.price
         cost_s = "?" if cost is None or not math.isfinite(cost) else f"{cost:g}"
         lines.append(
             f"- id={c.client_id} domains=[{', '.join(map(_client_text, c.domains)) or 'unknown'}]"

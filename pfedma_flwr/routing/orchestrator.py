@@ -49,6 +49,8 @@ class CandidateState:
     asked_for_this_query: bool = False
     # public profile domains (ClientDescription.domains); empty = unknown
     domains: tuple[str, ...] = ()
+    # USD per million tokens of its backbone (routing.prices); None = no prices configured
+    price: float | None = None
 
 
 @dataclass(frozen=True)

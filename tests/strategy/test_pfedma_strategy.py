@@ -188,3 +188,33 @@ def test_quality_is_measured_against_the_others(federation, tmp_path: Path):
     for dom in ("math", "medicine"):
         assert clients[phys]["capability"][dom] < 0.5
         assert all(clients[c]["capability"][dom] > 0.5 for c in others)
+
+
+
+def test_cost_per_query_prices_each_answer_at_its_clients_backbone(federation, tmp_path: Path):
+    # tiny.yaml's profiles rotate mathematician, physician, generalist, ...; the mathematician
+    # runs on backbone "big" (10 USD per million tokens), every other client on the default (2).
+    summary, _ = federation(num_nodes=4, overrides=(
+        "agent.profile_backbones.mathematician=big routing.prices.default=2.0 "
+        "routing.prices.big=10.0"))
+    out = tmp_path / "out"
+    queries = read_jsonl(out / "queries.jsonl")
+    clients = json.loads((out / "summary.json").read_text())["clients"]
+    big = {c for c, d in clients.items() if d["backbone"] == "big"}
+    assert big and len(big) < len(clients)
+    for q in queries:
+        asked = {c for sel in q["selections"] for c in sel}
+        low, high = q["tokens"] * 2.0 / 1e6, q["tokens"] * 10.0 / 1e6
+        if asked & big:  # some of its tokens were paid at the big backbone's price
+            assert low < q["cost"] <= high + 1e-12, q
+        else:  # all at the default price, exactly
+            assert abs(q["cost"] - low) < 1e-9, q
+    assert any(asked_big for asked_big in ({c for s in q["selections"] for c in s} & big
+                                           for q in queries))
+    assert abs(summary["cost_per_query"] - sum(q["cost"] for q in queries) / len(queries)) < 1e-6
+
+
+def test_without_prices_every_query_costs_nothing(federation, tmp_path: Path):
+    summary, _ = federation(num_nodes=3)
+    assert all(q["cost"] == 0.0 for q in read_jsonl(tmp_path / "out" / "queries.jsonl"))
+    assert summary["cost_per_query"] == 0.0

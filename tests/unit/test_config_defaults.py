@@ -83,7 +83,8 @@ ENGINE_KEYS = {
     "tolerance": "anomaly.tolerance", "consensus": "anomaly.consensus",
     "ablation": "anomaly.ablation", "use_capability": "routing.use_capability",
     "use_reliability": "routing.use_reliability", "refine_query": "routing.refine_query",
-    "refine_style": "routing.refine_style", "rule_mode": "rules.mode",
+    "refine_style": "routing.refine_style", "prices": "routing.prices",
+    "rule_mode": "rules.mode",
     "sim_threshold": "rules.sim_threshold", "seed": "seed",
 }
 

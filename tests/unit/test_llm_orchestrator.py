@@ -122,6 +122,16 @@ def test_prompt_lists_candidates_state_and_grammar():
             "asked_this_query=yes; cost=?") in u
 
 
+def test_prompt_shows_each_candidates_price_from_routing_prices():
+    import dataclasses
+
+    a, b = cands()
+    priced = [dataclasses.replace(a, price=10.0), dataclasses.replace(b, price=0.2)]
+    u = build_prompt(Q, None, priced, round=1, k_max=2)[1]["content"]
+    assert "- id=a " in u and "asked_this_query=no; cost=10\n" in u
+    assert u.endswith("asked_this_query=yes; cost=0.2")
+
+
 def test_prompt_without_z():
     _, user = build_prompt(Q, None, cands(), round=1, k_max=3)
     assert "Collaborative answer z: none yet" in user["content"]
