@@ -17,18 +17,20 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+# the checks' vocabulary stays importable from here (adversary, experiments and tests use it)
+from pfedma_flwr.config_checks import ABLATIONS as ABLATIONS
+from pfedma_flwr.config_checks import ADVERSARY_KINDS as ADVERSARY_KINDS
+from pfedma_flwr.config_checks import ATTACK_POOLS as ATTACK_POOLS
+from pfedma_flwr.config_checks import PARTITIONS as PARTITIONS
+from pfedma_flwr.config_checks import REFINE_STYLES as REFINE_STYLES
+from pfedma_flwr.config_checks import config_problems
 from pfedma_flwr.resources import conf_dir
-from pfedma_flwr.rules.modes import RULE_MODES
+from pfedma_flwr.rules.modes import RULE_MODES as RULE_MODES
 from pfedma_flwr.validation import Limits
 
 # the repository's conf/, or the copy a wheel ships inside the package (resources.py)
 CONF_DIR = conf_dir()
 
-ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
-PARTITIONS = ("iid", "dirichlet")
-ADVERSARY_KINDS = ("injection", "unreliable")
-ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
-REFINE_STYLES = ("independent", "verify")
 
 
 @dataclass
@@ -317,63 +319,9 @@ def _bool_keys(cls: type, prefix: str = "") -> set[str]:
 
 
 def _validate(cfg: PFedMAConfig) -> None:
-    s, a, r, ru, d = cfg.strategy, cfg.anomaly, cfg.routing, cfg.rules, cfg.data
-    checks: list[tuple[bool, str]] = [
-        (bool(s.name.strip()),
-         f"strategy.name must name a strategy (or module:Class), got {s.name!r}"),
-        (s.t_max >= 1, f"strategy.t_max must be >= 1, got {s.t_max}"),
-        (s.k_max >= 1, f"strategy.k_max must be >= 1, got {s.k_max}"),
-        (s.batch_size >= 1, f"strategy.batch_size must be >= 1, got {s.batch_size}"),
-        (s.round_timeout > 0, f"strategy.round_timeout must be > 0, got {s.round_timeout}"),
-        (s.min_nodes >= 1, f"strategy.min_nodes must be >= 1, got {s.min_nodes}"),
-        (s.identity in ("auto", "node", "declared"),
-         f"strategy.identity must be auto|node|declared, got {s.identity!r}"),
-        (s.min_replies >= 1, f"strategy.min_replies must be >= 1, got {s.min_replies}"),
-        (0.0 <= a.lambda_pool <= 1.0, f"anomaly.lambda_pool must be in [0,1], got {a.lambda_pool}"),
-        (0.0 <= a.alpha_con <= 1.0, f"anomaly.alpha_con must be in [0,1], got {a.alpha_con}"),
-        (0.0 <= a.tolerance <= 1.0, f"anomaly.tolerance must be in [0,1], got {a.tolerance}"),
-        (a.consensus in ("coherent", "mean"),
-         f"anomaly.consensus must be coherent|mean, got {a.consensus!r}"),
-        (a.ablation in ABLATIONS,
-         f"anomaly.ablation must be one of {ABLATIONS}, got {a.ablation!r}"),
-        (0.0 < r.eta <= 1.0, f"routing.eta must be in (0,1], got {r.eta}"),
-        (0.0 <= r.stop_support <= 1.0,
-         f"routing.stop_support must be in [0,1], got {r.stop_support}"),
-        (r.exploration_c >= 0.0, f"routing.exploration_c must be >= 0, got {r.exploration_c}"),
-        (ru.mode in RULE_MODES, f"rules.mode must be one of {RULE_MODES}, got {ru.mode!r}"),
-        (0.0 < ru.sim_threshold <= 1.0,
-         f"rules.sim_threshold must be in (0,1], got {ru.sim_threshold}"),
-        (ru.pii in ("presidio", "regex"), f"rules.pii must be presidio|regex, got {ru.pii!r}"),
-        (len(d.benchmarks) >= 1, "data.benchmarks must name at least one benchmark"),
-        (d.queries_per_benchmark >= 1, "data.queries_per_benchmark must be >= 1"),
-        (d.dev_pool_per_benchmark >= 0, "data.dev_pool_per_benchmark must be >= 0"),
-        (d.partition in PARTITIONS,
-         f"data.partition must be one of {PARTITIONS}, got {d.partition!r}"),
-        (d.alpha > 0, f"data.alpha must be > 0, got {d.alpha}"),
-        (cfg.agent.few_shot >= 0, "agent.few_shot must be >= 0"),
-        (cfg.agent.few_shot_scope in ("batch", "query"),
-         f"agent.few_shot_scope must be batch|query, got {cfg.agent.few_shot_scope!r}"),
-        (cfg.agent.backend.max_tokens >= 1, "agent.backend.max_tokens must be >= 1"),
-        (cfg.agent.response_format in ("reasoning", "json"),
-         f"agent.response_format must be reasoning|json, got {cfg.agent.response_format!r}"),
-        (cfg.agent.reasoning in ("profile", "cot", "program"),
-         f"agent.reasoning must be profile|cot|program, got {cfg.agent.reasoning!r}"),
-        (cfg.agent.lessons >= 0, "agent.lessons must be >= 0"),
-        (-1.0 <= cfg.agent.lesson_min_sim <= 1.0, "agent.lesson_min_sim must be in [-1, 1]"),
-        (all(v >= 0 for v in r.prices.values()),
-         f"routing.prices must be USD per million tokens >= 0, got {dict(r.prices)}"),
-        (r.refine_style in REFINE_STYLES,
-         f"routing.refine_style must be one of {REFINE_STYLES}, got {r.refine_style!r}"),
-        (0.0 <= cfg.adversary.ratio <= 1.0,
-         f"adversary.ratio must be in [0,1], got {cfg.adversary.ratio}"),
-        (cfg.adversary.kind in ADVERSARY_KINDS,
-         f"adversary.kind must be one of {ADVERSARY_KINDS}, got {cfg.adversary.kind!r}"),
-        (cfg.adversary.attacks in ATTACK_POOLS,
-         f"adversary.attacks must be one of {ATTACK_POOLS}, got {cfg.adversary.attacks!r}"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise ConfigError(msg)
+    problems = config_problems(cfg)
+    if problems:
+        raise ConfigError(problems[0])
 
 
 def _merge(*parts: Any) -> PFedMAConfig:
