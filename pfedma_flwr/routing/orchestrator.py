@@ -240,19 +240,22 @@ class HeuristicOrchestrator:
             return Selection.stop_now(f"support {z.support:.2f} >= {self.stop_support}")
         scored = sorted(zip(self.scores(query, candidates), candidates, strict=True),
                         key=lambda sc: (-sc[0], sc[1].client_id))
-        n = k
-        if round > 1:
-            # Stable sort, each part still by score: in-domain clients not yet asked, then
-            # in-domain ones again (a fresh, independently sampled attempt), then off-domain
-            # ones (DESIGN §3.12 revision: "not yet asked first" regardless of domain sent
-            # every round-2 GSM8K query to the physician). Unknown domains count as in-domain.
-            def tier(c: CandidateState) -> tuple[bool, bool]:
-                off = bool(c.domains) and query.domain not in c.domains
-                return off, c.asked_for_this_query
+        # Stable sort, each part still by score: in-domain clients not yet asked, then in-domain
+        # ones again (a fresh, independently sampled attempt), then off-domain ones (DESIGN
+        # §3.12 revision). In every round, round 1 included: "not yet asked first" regardless of
+        # domain sent every round-2 GSM8K query to the physician, and in round 1 an experienced
+        # in-domain client whose C fell below the 0.5 prior (two agents splitting on a hard
+        # question both learn g = 0) lost to never-asked off-domain ones, so from the second
+        # batch of 20 questions on GSM8K went to the physician and the lawyer (docs/accuracy.md).
+        # Unknown domains count as in-domain; C and S still rank within each tier.
+        def tier(c: CandidateState) -> tuple[bool, bool]:
+            off = bool(c.domains) and query.domain not in c.domains
+            return off, round > 1 and c.asked_for_this_query
 
-            scored.sort(key=lambda sc: tier(sc[1]))
-            if self.adaptive_k:
-                n = votes_needed(z, k)
+        scored.sort(key=lambda sc: tier(sc[1]))
+        n = k
+        if round > 1 and self.adaptive_k:
+            n = votes_needed(z, k)
         chosen = tuple(c.client_id for _, c in scored[:n])
         return validate_selection(Selection(chosen), [c.client_id for c in candidates], k)
 

@@ -119,6 +119,27 @@ def test_later_rounds_prefer_in_domain_clients_over_unasked_off_domain_ones():
     assert orch(k_max=2).select(Q, None, cands, round=2).clients == ("a", "c")
 
 
+def test_round_one_prefers_in_domain_clients_whose_capability_fell_below_the_prior():
+    import dataclasses
+
+    from pfedma_flwr.routing.state import RoutingState
+
+    # a and b are math clients whose C fell to 0.4 (they split on hard questions); c and d are
+    # never-asked off-domain clients at the 0.5 prior and score higher (the exp41 run: from the
+    # second batch on, GSM8K went to the physician and the lawyer)
+    low = RoutingState(capability={"math": 0.4}, n_asked={"math": 10})
+    cands = [dataclasses.replace(cand(x, profile=[1, 0]), domains=dom, state=st)
+             for x, dom, st in (("a", ("math",), low), ("b", ("math", "economics"), low),
+                                ("c", ("medicine",), RoutingState()),
+                                ("d", ("law",), RoutingState()))]
+    o = orch(k_max=2)
+    s = o.scores(Q, cands)
+    assert min(s[2], s[3]) > max(s[0], s[1])  # by score alone the off-domain pair would win
+    assert o.select(Q, None, cands, round=1).clients == ("a", "b")
+    # with no in-domain client left, off-domain ones still answer
+    assert o.select(Q, None, cands[2:], round=1).clients == ("c", "d")
+
+
 def test_ties_by_client_id_and_no_candidates():
     cands = [cand("b", profile=[1, 0]), cand("a", profile=[1, 0])]
     assert orch().select(Q, None, cands, round=1).clients == ("a", "b")
