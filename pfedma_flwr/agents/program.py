@@ -40,7 +40,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pfedma_flwr.agents.prompting import user_prompt
+from pfedma_flwr.agents.prompting import build_reasoning_messages
 
 # Only tasks with a numeric answer: a program prints a number; options and free text do not
 # come out of a computation.
@@ -110,14 +110,9 @@ class ProgramRun:
 def program_messages(*, profile_prompt: str, query_text: str, refinement: str = "",
                      lessons: Sequence[str] = ()) -> list[dict[str, str]]:
     """Chat messages asking for a program (the profile, :data:`INSTRUCTION`, lessons ``X_i``)."""
-    if not query_text.strip():
-        raise ValueError("query_text must not be empty")
-    parts = [profile_prompt.strip() or "You are a careful expert assistant.", INSTRUCTION]
-    snippets = [s.strip() for s in lessons if s.strip()]
-    if snippets:
-        parts.append("Lessons from your earlier work:\n" + "\n".join(f"- {s}" for s in snippets))
-    return [{"role": "system", "content": "\n\n".join(parts)},
-            {"role": "user", "content": user_prompt(query_text=query_text, refinement=refinement)}]
+    return build_reasoning_messages(profile_prompt=profile_prompt, query_text=query_text,
+                                    refinement=refinement, answer_kind="number",
+                                    lessons=lessons, instruction=INSTRUCTION)
 
 
 def extract_code(text: str) -> str:
@@ -145,7 +140,8 @@ def check_program(code: str) -> str:
         if isinstance(node, ast.Import | ast.ImportFrom):
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
                     else [node.module or ""])
-            bad = [m for m in mods if m.split(".")[0] not in ALLOWED_IMPORTS or node_level(node)]
+            relative = isinstance(node, ast.ImportFrom) and node.level > 0
+            bad = [m for m in mods if relative or m.split(".")[0] not in ALLOWED_IMPORTS]
             if bad:
                 return f"import of {bad[0]!r} not allowed"
         elif isinstance(node, ast.Name) and (node.id.startswith("_") or node.id in FORBIDDEN_NAMES):
@@ -155,11 +151,6 @@ def check_program(code: str) -> str:
         elif isinstance(node, ast.alias) and node.asname and node.asname.startswith("_"):
             return f"alias {node.asname!r} not allowed"
     return ""
-
-
-def node_level(node: ast.AST) -> int:
-    """The relative-import level of an import node (0 for absolute imports)."""
-    return int(getattr(node, "level", 0) or 0)
 
 
 def format_number(value: float) -> str:

@@ -234,6 +234,7 @@ def build_reasoning_messages(
     answer_kind: str = "number",
     few_shot: Sequence[tuple[str, str]] = (),
     lessons: Sequence[str] = (),
+    instruction: str = "",
 ) -> list[dict[str, str]]:
     """Chat messages for a free-text chain-of-thought answer (``agent.response_format: reasoning``).
 
@@ -241,11 +242,13 @@ def build_reasoning_messages(
     (:func:`pfedma_flwr.agents.reasoning.reasoning_instruction`) and the agent's retrieved
     lessons ``X_i``; ``few_shot`` are ``(question, worked reasoning)`` pairs from ``D_i``
     rendered as prior turns. The structured response is derived from the reply afterwards.
+    ``instruction`` replaces the answer kind's reasoning instruction (a program-aided agent's,
+    :mod:`pfedma_flwr.agents.program`).
     """
     if not query_text.strip():
         raise ValueError("query_text must not be empty")
     parts = [profile_prompt.strip() or "You are a careful expert assistant.",
-             reasoning_instruction(answer_kind)]
+             instruction or reasoning_instruction(answer_kind)]
     snippets = [s.strip() for s in lessons if s.strip()]
     if snippets:
         parts.append("Lessons from your earlier work:\n" + "\n".join(f"- {s}" for s in snippets))
