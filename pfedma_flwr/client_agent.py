@@ -205,13 +205,11 @@ class ClientAgent:
         fallback = self._run_programs(ins.queries, programs, prompts, gens, texts,
                                       seed=self._seed(ins.server_round) ^ 1)
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
-        for k, extra in fallback.items():
-            repaired[k] = repaired.get(k, 0) + extra
         gen_seconds = time.perf_counter() - t0
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
-            tokens = gen.tokens + repaired.get(k, 0)
+            tokens = gen.tokens + repaired.get(k, 0) + fallback.get(k, 0)
             if gen.error:
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("backend",
@@ -248,8 +246,8 @@ class ClientAgent:
         return self._outgoing(state, ClientReply(
             responses=tuple(responses), candidates=tuple(candidates.values()),
             feedback=tuple(state.rules.round_feedback()),
-            backend_calls=1 + (1 if fallback else 0) + (1 if set(repaired) - set(fallback) else 0),
-            tokens=sum(g.tokens for g in gens) + sum(repaired.values()),
+            backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0),
+            tokens=sum(g.tokens for g in gens) + sum(repaired.values()) + sum(fallback.values()),
             gen_seconds=gen_seconds,
         ))
 
@@ -278,7 +276,8 @@ class ClientAgent:
         """Run the programs of ``programs``; answer the failed ones in chain of thought.
 
         A program that ran becomes its reasoning text (:func:`program_reasoning`). Updates
-        ``prompts``, ``gens`` and ``texts`` in place; returns the fallback's tokens per item.
+        ``prompts``, ``gens`` and ``texts`` in place (``gens[k]`` becomes the fallback's
+        generation); returns, per failed item, the tokens of its program's generation.
         """
         failed: list[int] = []
         for k in sorted(programs):

@@ -164,3 +164,21 @@ def test_a_deployed_node_runs_programs_only_when_its_operator_allows():
     assert NodePolicy.from_node_config({"state-dir": "/tmp/s", "allow-programs": "true"}
                                        ).reasoning("program") == "program"
     assert NodePolicy.from_node_config({"state-dir": "/tmp/s"}).reasoning("cot") == "cot"
+
+
+def test_a_fallback_that_is_cut_is_repaired_and_every_call_is_counted():
+    from pfedma_flwr.agents.prompting import REPAIR_PROMPT
+
+    def respond(messages):
+        if messages[-1]["content"] == REPAIR_PROMPT:
+            return "The answer is 8."
+        if "Python program" in messages[0]["content"]:
+            return "```python\nprint(1/0)\n```"
+        return "Ann first pays for the pens"  # cut before any answer statement
+    backend = MockBackend(respond)
+    reply = _ask(_agent(backend))
+    r = reply.responses[0].response
+    assert r is not None and r.final_answer == "8"
+    # program, fallback chain of thought, repair: three generations, all counted
+    assert len(backend.prompts) == 3 and reply.backend_calls == 3
+    assert reply.responses[0].tokens == reply.tokens > 0
