@@ -133,6 +133,11 @@ class CollaborationEngine:
                           "RT": not s.use_reliability},
         }
 
+    def _price(self, cid: str) -> float:
+        """USD per million tokens of ``cid``: the server's price table at its described backbone."""
+        desc = self.clients.get(cid)
+        return self.settings.price(desc.backbone if desc is not None else "default")
+
     def register_clients(self, descriptions: Mapping[str, ClientDescription]) -> None:
         """Record each client's public profile (the profile part of its routing state M_i)."""
         self.clients = dict(sorted(descriptions.items()))
@@ -195,7 +200,7 @@ class CollaborationEngine:
             candidates = [
                 CandidateState(client_id=c, state=self.routing.get(c),
                                profile=self.clients[c].description,
-                               price=s.price(self.clients[c].backbone) if s.prices else None,
+                               price=self._price(c) if s.prices else None,
                                profile_embedding=self._profile_emb[c],
                                asked_for_this_query=c in q.asked,
                                domains=tuple(self.clients[c].domains))
@@ -270,9 +275,7 @@ class CollaborationEngine:
             for c in cids:
                 if c in got:
                     q.tokens += got[c].tokens
-                    # the server's price table, at the backbone the client described
-                    backbone = self.clients[c].backbone if c in self.clients else "default"
-                    q.cost += got[c].tokens * s.price(backbone) / 1e6
+                    q.cost += got[c].tokens * self._price(c) / 1e6
         results = evaluate_batch(
             groups, kinds=[q.task.answer_kind for q in in_flight], judge=self.judge,
             embedder=self.embedder, lambda_pool=s.lambda_pool, alpha_con=s.alpha_con,
