@@ -32,6 +32,9 @@ from pfedma_flwr.answers import canonical_answer  # noqa: E402
 from pfedma_flwr.data.profiles import get_profile  # noqa: E402
 from pfedma_flwr.data.split import sample_eval_tasks  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_tokens_per_solved import write_section  # noqa: E402  (the results file's writer)
+
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Reasoning ways"
 
@@ -97,12 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ])
     print(text)
     if not args.no_write:
-        out = REPO / "bench" / "results" / "accuracy.md"
-        old = out.read_text(encoding="utf-8") if out.exists() else "# Accuracy benchmarks\n\n"
-        head, sep, rest = old.partition(SECTION)
-        tail = rest[rest.find("\n## "):] if sep and "\n## " in rest else ""
-        rest_text = "\n" + tail.lstrip("\n") if tail else ""
-        out.write_text(head.rstrip() + "\n\n" + text + rest_text, encoding="utf-8")
+        write_section(REPO / "bench" / "results" / "accuracy.md", text, SECTION)
     return 0
 
 

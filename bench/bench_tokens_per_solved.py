@@ -28,10 +28,10 @@ def _method_rows(exp_dir: Path) -> dict[str, dict[str, float]]:
     return {r["labels"]["method"]: r["metrics"] for r in exp["rows"]}
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace (or append) this bench's section of ``path``."""
+def write_section(path: Path, text: str, section: str = SECTION) -> None:
+    """Replace (or append) the section headed ``section`` of ``path`` (``text`` starts with it)."""
     old = path.read_text(encoding="utf-8") if path.is_file() else "# Accuracy benchmarks\n"
-    head, _, rest = old.partition(SECTION)
+    head, _, rest = old.partition(section)
     tail = rest.split("\n## ", 1)[1] if "\n## " in rest else ""
     body = head.rstrip() + "\n\n" + text.rstrip() + "\n"
     if tail:
