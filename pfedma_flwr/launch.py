@@ -43,6 +43,14 @@ DEFAULT_PORT = 39291
 
 def _env(flwr_home: Path, port: int, log_level: str | None = None) -> dict[str, str]:
     env = os.environ.copy()
+    # Flower's commands (flwr, flower-superlink and the superexec/simulation it starts) must
+    # be this interpreter's: `/path/venv/bin/pfedma run` without an activated venv found
+    # another environment's `flwr` on PATH, which could not import the app ("No module named
+    # 'pfedma_flwr'"). Not resolved: a venv's python is a symlink out of the venv.
+    bin_dir = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
     # The SuperLink's children (ServerApp, simulation, Ray workers) inherit it:
     # progress.configure_logging reads it in each of them.
     env[LOG_LEVEL_ENV] = (log_level or env.get(LOG_LEVEL_ENV) or "INFO").upper()

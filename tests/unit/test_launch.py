@@ -23,6 +23,20 @@ def test_env_carries_the_log_level_flag_else_the_users_else_info(monkeypatch, tm
     assert launch._env(tmp_path, 39999, "debug")[LOG_LEVEL_ENV] == "DEBUG"
 
 
+def test_flower_commands_come_from_this_interpreters_environment(monkeypatch, tmp_path):
+    # /venv/bin/pfedma run without an activated venv: PATH's first flwr belonged to another
+    # environment, which could not import the app.
+    venv_bin = tmp_path / "venv" / "bin"
+    monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
+    monkeypatch.setenv("PATH", f"/usr/local/bin{os.pathsep}/usr/bin")
+    env = launch._env(tmp_path, 39999)
+    assert env["PATH"].split(os.pathsep) == [str(venv_bin), "/usr/local/bin", "/usr/bin"]
+    monkeypatch.setenv("PATH", env["PATH"])  # already first: not added twice
+    assert launch._env(tmp_path, 39999)["PATH"] == env["PATH"]
+    monkeypatch.delenv("PATH")
+    assert launch._env(tmp_path, 39999)["PATH"] == str(venv_bin)
+
+
 @pytest.mark.parametrize(
     "given,expected",
     [
