@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import numpy as np
@@ -25,9 +24,11 @@ from pfedma_flwr.evaluation.judges import Judge
 from pfedma_flwr.query_state import (
     EngineSettings,
     QueryState,
+    collect_replies,
     finish_record,
     generation_summary,
     query_metrics,
+    round_record,
     run_status,
     with_answer_failures,
 )
@@ -42,15 +43,12 @@ from pfedma_flwr.routing.state import RoutingTable, quality_signal
 from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import PiiRecognizer
-from pfedma_flwr.rules.promotion import build_candidate_pool
-from pfedma_flwr.schema import ClientReply, ProcessedResponse, RespondInstruction, RoutedQuery
+from pfedma_flwr.rules.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
+from pfedma_flwr.schema import ClientReply, RespondInstruction, RoutedQuery
 from pfedma_flwr.wire import ClientDescription
 
 logger = logging.getLogger(__name__)
 
-# Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G).
-PROMOTE_MODES = ("full", "L2G")
-REDISTRIBUTE_MODES = ("full", "G2L")
 CHECKPOINT_VERSION = 1
 
 
@@ -247,21 +245,7 @@ class CollaborationEngine:
     ) -> dict[str, Any]:
         """Evaluate, update routing states, aggregate, evolve global rules; return the round log."""
         s = self.settings
-        rejected: list[dict[str, str]] = []
-        by_query: dict[str, dict[str, ProcessedResponse]] = {}
-        for cid, rep in replies.items():
-            seen: set[str] = set()
-            # A client's batched backend calls serve all its queries: attribute them evenly.
-            share = rep.backend_calls / max(1, len(rep.responses))
-            for pr in rep.responses:
-                q = self._by_id(pr.query_id)
-                if q is None or cid not in q.routed or pr.query_id in seen:
-                    why = "duplicate" if pr.query_id in seen else "not routed to this client"
-                    rejected.append({"client": cid, "query_id": pr.query_id, "reason": why})
-                    continue
-                seen.add(pr.query_id)
-                q.backend_calls += share
-                by_query.setdefault(pr.query_id, {})[cid] = pr
+        by_query, rejected = collect_replies(replies, self._by_id)
         in_flight = [q for q in self._active if q.routed]
         groups, order, client_errors = [], [], []
         for q in in_flight:
@@ -328,28 +312,13 @@ class CollaborationEngine:
         self.totals.update(with_answer_failures(
             self.totals, {q.task.task_id: sorted(q.routed) for q in in_flight}, by_query, failures))
         self.totals["rejected_items"] += len(rejected)
-        rules_log = self._evolve_rules(server_round, replies, client_ok)
-        calls = sum(r.backend_calls for r in replies.values())
-        tokens = sum(r.tokens for r in replies.values())
-        self.last_round_record = {
-            "round": server_round, "queries": query_logs, "failures": dict(failures),
-            "rejected": rejected, "rules": rules_log,
-            "clients": {c: {"backend_calls": r.backend_calls, "tokens": r.tokens,
-                            "gen_seconds": r.gen_seconds} for c, r in replies.items()},
-            "metrics": {
-                "select/num_queries": len(in_flight),
-                "select/num_messages": len(replies) + len(failures),
-                "replies/num_ok": len(replies), "replies/num_failed": len(failures),
-                "anomaly/num_retained": sum(a.retained for res in results for a in res),
-                "anomaly/num_filtered": sum(
-                    r is not None and not a.retained
-                    for grp, res in zip(groups, results, strict=True)
-                    for r, a in zip(grp, res, strict=True)),
-                "rules/num_promoted": rules_log.get("promoted", 0),
-                "rules/num_global": len(self.rules), "cost/tokens": tokens,
-                "cost/backend_calls": calls, "queries/num_finished": len(self.finished),
-            },
-        }
+        rules_log = evolve_global_rules(
+            mode=s.rule_mode, rules=self.rules, server_round=server_round, replies=replies,
+            client_ok=client_ok, embedder=self.embedder, sim_threshold=s.sim_threshold,
+            rng=self._rng)
+        self.last_round_record = round_record(
+            server_round, query_logs, groups, results, replies, failures, rejected, rules_log,
+            num_global=len(self.rules), num_finished=len(self.finished))
         return self.last_round_record
 
     def _quality(
@@ -378,38 +347,6 @@ class CollaborationEngine:
         sim = similarity_to([r.final_answer], z_minus.answer, q.task.answer_kind,
                             self.embedder, options=q.task.options or None)[0]
         return quality_signal(a.score, sim, True)
-
-    def _evolve_rules(
-        self, server_round: int, replies: Mapping[str, ClientReply], client_ok: Mapping[str, bool]
-    ) -> dict[str, Any]:
-        """Feedback → H-scores, then pool → promotion → Resolve (DESIGN §3.1–3.5).
-
-        Feedback moves H wherever rules are redistributed (full, G2L); promotion runs in full
-        and L2G only (docs/rules.md, the mode table).
-        """
-        mode = self.settings.rule_mode
-        if mode not in PROMOTE_MODES and mode not in REDISTRIBUTE_MODES:
-            return {"mode": mode, "promoted": 0}
-        fb = self.rules.apply_feedback({c: r.feedback for c, r in replies.items()})
-        if mode not in PROMOTE_MODES:
-            return {"mode": mode, "promoted": 0, "feedback": _asdict(fb),
-                    "h_scores": {r.rule_id: [r.h_score, r.n_evals, r.active]
-                                 for r in self.rules.rules()}}
-        # Clients with at least one answer retained this round contribute candidates: an
-        # answer's retention is per query round, and a candidate is not tied to one query.
-        retained = {c for c, ok in client_ok.items() if ok}
-        pool = build_candidate_pool({c: r.candidates for c, r in replies.items()}, retained,
-                                    self.embedder, sim_threshold=self.settings.sim_threshold,
-                                    rng=self._rng)
-        up = self.rules.update(server_round, pool)
-        return {
-            "mode": self.settings.rule_mode, "feedback": _asdict(fb), "update": _asdict(up),
-            "promoted": up.promoted, "pool_size": len(pool.candidates),
-            # Candidates no node could run safely, and those past a client's per-round cap.
-            "pool_invalid": sum(bool(p) for p in pool.problems), "pool_capped": pool.n_capped,
-            "quarantined": self.rules.quarantined,
-            "h_scores": {r.rule_id: [r.h_score, r.n_evals, r.active] for r in self.rules.rules()},
-        }
 
     def _by_id(self, query_id: str) -> QueryState | None:
         for q in self._active:
@@ -489,6 +426,3 @@ class CollaborationEngine:
         }
         return {**out, "status": run_status(out)}
 
-
-def _asdict(obj: Any) -> Any:
-    return asdict(obj) if is_dataclass(obj) and not isinstance(obj, type) else obj

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,3 +276,63 @@ def run_status(summary: Mapping[str, Any]) -> str:
     except (KeyError, TypeError, ValueError):
         return "completed"
     return GENERATION_FAILED if over else "completed"
+
+
+def round_record(
+    server_round: int, query_logs: list[dict[str, Any]], groups: Sequence[Sequence[Any]],
+    results: Sequence[Sequence[Any]], replies: Mapping[str, Any], failures: Mapping[str, str],
+    rejected: list[dict[str, str]], rules_log: Mapping[str, Any], *, num_global: int,
+    num_finished: int,
+) -> dict[str, Any]:
+    """One line of ``rounds.jsonl``: per-query logs, failures, rules, per-client cost, metrics.
+
+    ``groups[k][j]`` is the response (or ``None``) of the ``j``-th selected client of the
+    ``k``-th query in flight and ``results[k][j]`` its anomaly result; ``replies`` are the
+    round's validated :class:`~pfedma_flwr.schema.ClientReply` objects.
+    """
+    pairs = [(r, a) for grp, res in zip(groups, results, strict=True)
+             for r, a in zip(grp, res, strict=True)]
+    return {
+        "round": server_round, "queries": query_logs, "failures": dict(failures),
+        "rejected": rejected, "rules": dict(rules_log),
+        "clients": {c: {"backend_calls": r.backend_calls, "tokens": r.tokens,
+                        "gen_seconds": r.gen_seconds} for c, r in replies.items()},
+        "metrics": {
+            "select/num_queries": len(query_logs),
+            "select/num_messages": len(replies) + len(failures),
+            "replies/num_ok": len(replies), "replies/num_failed": len(failures),
+            "anomaly/num_retained": sum(a.retained for _, a in pairs),
+            "anomaly/num_filtered": sum(r is not None and not a.retained for r, a in pairs),
+            "rules/num_promoted": rules_log.get("promoted", 0),
+            "rules/num_global": num_global,
+            "cost/tokens": sum(r.tokens for r in replies.values()),
+            "cost/backend_calls": sum(r.backend_calls for r in replies.values()),
+            "queries/num_finished": num_finished,
+        },
+    }
+
+
+def collect_replies(
+    replies: Mapping[str, Any], lookup: Callable[[str], QueryState | None],
+) -> tuple[dict[str, dict[str, ProcessedResponse]], list[dict[str, str]]]:
+    """Sort a round's responses by query: ``({query_id: {client: ProcessedResponse}}, rejected)``.
+
+    A response to a query that is not active or was not routed to its client, or a second one
+    to the same query, is rejected with its reason, never counted. Each kept response's query
+    gets its share of the client's backend calls (one batched call serves all its queries).
+    """
+    rejected: list[dict[str, str]] = []
+    by_query: dict[str, dict[str, ProcessedResponse]] = {}
+    for cid, rep in replies.items():
+        seen: set[str] = set()
+        share = rep.backend_calls / max(1, len(rep.responses))
+        for pr in rep.responses:
+            q = lookup(pr.query_id)
+            if q is None or cid not in q.routed or pr.query_id in seen:
+                why = "duplicate" if pr.query_id in seen else "not routed to this client"
+                rejected.append({"client": cid, "query_id": pr.query_id, "reason": why})
+                continue
+            seen.add(pr.query_id)
+            q.backend_calls += share
+            by_query.setdefault(pr.query_id, {})[cid] = pr
+    return by_query, rejected

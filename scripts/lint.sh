@@ -23,7 +23,7 @@ TYPED=(
   pfedma_flwr/protocol.py pfedma_flwr/schema.py pfedma_flwr/validation.py
   pfedma_flwr/results.py pfedma_flwr/persistence.py pfedma_flwr/equations.py
   pfedma_flwr/metrics.py pfedma_flwr/agents/program.py pfedma_flwr/config_checks.py
-  pfedma_flwr/agent_state.py pfedma_flwr/query_state.py
+  pfedma_flwr/agent_state.py pfedma_flwr/query_state.py pfedma_flwr/rules/server_flow.py
 )
 
 echo "[lint] ruff check"

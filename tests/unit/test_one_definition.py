@@ -125,13 +125,14 @@ def test_rule_mode_rank_orders_enforcement():
 
 
 def test_config_node_policy_engine_and_agent_agree_with_the_enum():
-    from pfedma_flwr import collaboration, config, node_security
+    from pfedma_flwr import config, node_security
     from pfedma_flwr.client_agent import parse_rule_mode
+    from pfedma_flwr.rules import server_flow
 
     assert config.RULE_MODES is RULE_MODES
     assert node_security.RULE_MODE_RANK == {m.config_name: m.rank for m in RuleMode}
-    assert set(collaboration.PROMOTE_MODES) == {m.config_name for m in RuleMode if m.upload}
-    assert set(collaboration.REDISTRIBUTE_MODES) == {m.config_name for m in RuleMode if m.adopt}
+    assert set(server_flow.PROMOTE_MODES) == {m.config_name for m in RuleMode if m.upload}
+    assert set(server_flow.REDISTRIBUTE_MODES) == {m.config_name for m in RuleMode if m.adopt}
     assert [parse_rule_mode(n) for n in RULE_MODES] == list(RuleMode)
 
 

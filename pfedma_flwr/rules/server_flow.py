@@ -1,0 +1,77 @@
+"""The server's rule flows of one Flower round (DESIGN §3.1–3.5), per ``rules.mode``.
+
+Feedback moves H wherever rules are redistributed (full, G2L); the candidate pool, promotion
+and Resolve run where clients upload (full, L2G). docs/rules.md has the mode table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+import numpy as np
+
+from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.rules.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.promotion import build_candidate_pool
+from pfedma_flwr.schema import ClientReply
+
+# Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G).
+PROMOTE_MODES = ("full", "L2G")
+REDISTRIBUTE_MODES = ("full", "G2L")
+
+
+def _asdict(obj: Any) -> Any:
+    return asdict(obj) if is_dataclass(obj) and not isinstance(obj, type) else obj
+
+
+def h_scores(rules: GlobalRuleRepository) -> dict[str, list[Any]]:
+    """``rule_id -> [H, N, active]`` of every global rule (the round log's view)."""
+    return {r.rule_id: [r.h_score, r.n_evals, r.active] for r in rules.rules()}
+
+
+def evolve_global_rules(
+    *, mode: str, rules: GlobalRuleRepository, server_round: int,
+    replies: Mapping[str, ClientReply], client_ok: Mapping[str, bool], embedder: Embedder,
+    sim_threshold: float, rng: np.random.Generator,
+) -> dict[str, Any]:
+    """Feedback → H-scores, then pool → promotion → Resolve; return the round's rules log.
+
+    Parameters
+    ----------
+    mode : str
+        ``rules.mode``; NR, SR and LE run nothing on the server.
+    rules : GlobalRuleRepository
+        The server's repository, updated in place.
+    server_round : int
+        The Flower round (stamped on promoted rules).
+    replies : Mapping[str, ClientReply]
+        This round's validated replies (their feedback and candidates).
+    client_ok : Mapping[str, bool]
+        Per client: at least one of its answers was retained this round. Only those clients
+        contribute candidates: retention is per query round, a candidate is not tied to one
+        query (issue 12).
+    embedder : Embedder
+        Clusters candidates by canonical text.
+    sim_threshold : float
+        Cosine of "same semantic constraint".
+    rng : numpy.random.Generator
+        The engine's generator (the pool's per-client pick), so a resumed run stays identical.
+    """
+    if mode not in PROMOTE_MODES and mode not in REDISTRIBUTE_MODES:
+        return {"mode": mode, "promoted": 0}
+    fb = rules.apply_feedback({c: r.feedback for c, r in replies.items()})
+    if mode not in PROMOTE_MODES:
+        return {"mode": mode, "promoted": 0, "feedback": _asdict(fb), "h_scores": h_scores(rules)}
+    retained = {c for c, ok in client_ok.items() if ok}
+    pool = build_candidate_pool({c: r.candidates for c, r in replies.items()}, retained,
+                                embedder, sim_threshold=sim_threshold, rng=rng)
+    up = rules.update(server_round, pool)
+    return {
+        "mode": mode, "feedback": _asdict(fb), "update": _asdict(up),
+        "promoted": up.promoted, "pool_size": len(pool.candidates),
+        # Candidates no node could run safely, and those past a client's per-round cap.
+        "pool_invalid": sum(bool(p) for p in pool.problems), "pool_capped": pool.n_capped,
+        "quarantined": rules.quarantined, "h_scores": h_scores(rules),
+    }
