@@ -18,25 +18,21 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
-from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from pfedma_flwr.collaboration import CollaborationEngine
 from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.protocol import (
     IDENTITY_MODES,
-    QUERY_DESCRIBE,
     QUERY_RESPOND,
     ClientDescription,
-    assign_client_keys,
-    decode_description,
     decode_reply,
-    empty_content,
     encode_instruction,
 )
 from pfedma_flwr.schema import DEFAULT_LIMITS, ClientReply, Limits, SchemaError
 from pfedma_flwr.server_components import build_engine
 from pfedma_flwr.validation import excerpt
+from strategies.handshake import handshake, wait_for_nodes
 
 RoundHook = Callable[[int, dict[str, Any]], None]
 
@@ -320,17 +316,7 @@ class PFedMA(Strategy):
 
     def wait_for_nodes(self, grid: Grid) -> list[int]:
         """Wait (bounded) until ``min_nodes`` nodes are connected; return their ids."""
-        deadline = time.monotonic() + self.node_wait_timeout
-        while True:
-            nodes = sorted(grid.get_node_ids())
-            if len(nodes) >= self.min_nodes:
-                return nodes
-            if time.monotonic() >= deadline:
-                raise RuntimeError(
-                    f"only {len(nodes)} of the required {self.min_nodes} nodes connected "
-                    f"within {self.node_wait_timeout:.0f}s"
-                )
-            time.sleep(0.5)
+        return wait_for_nodes(grid, self.min_nodes, self.node_wait_timeout)
 
     def handshake(self, grid: Grid, nodes: list[int]) -> dict[str, ClientDescription]:
         """Ask every node for its public profile; bind each to a key (see ``identity``).
@@ -338,57 +324,12 @@ class PFedMA(Strategy):
         Nodes that fail, send a malformed description, or resolve to a key another node also
         resolves to are left out of routing, logged, and listed in :attr:`identity_log`.
         """
-        msgs = [
-            Message(content=empty_content(), dst_node_id=n, message_type=QUERY_DESCRIBE,
-                    group_id="0", ttl=self.round_timeout + 60)
-            for n in nodes
-        ]
-        descs: dict[int, ClientDescription] = {}
-        left_out: dict[int, str] = {}
-        asked = set(nodes)
-        for r in grid.send_and_receive(msgs, timeout=self.round_timeout):
-            try:
-                node = int(r.metadata.src_node_id)
-                if node not in asked or node in descs or node in left_out:
-                    continue  # unsolicited or repeated: the first answer counts
-                if r.has_error():
-                    left_out[node] = f"error reply: {excerpt(r.error.reason, 200)}"
-                    continue
-                descs[node] = decode_description(r.content, self.limits)
-            except SchemaError as e:
-                left_out[node] = f"malformed description: {e.coded()}"
-            except Exception as e:  # noqa: BLE001 - one node's answer never ends the run
-                left_out[node] = f"malformed description: internal ({type(e).__name__})"
-        mode = self._identity_mode(grid)
-        pks = self._public_keys(grid)
-        keys, dup = assign_client_keys(
-            {n: (d.client_key, pks.get(n, b"")) for n, d in descs.items()}, mode)
-        left_out.update(dup)
-        for node, why in sorted(left_out.items()):
-            log(WARNING, "Node %s left out of routing: %s", node, why)
-        out: dict[str, ClientDescription] = {}
-        for node, key in sorted(keys.items(), key=lambda kv: kv[1]):
-            out[key] = descs[node]
+        hs = handshake(grid, nodes, identity=self.identity, limits=self.limits,
+                       timeout=self.round_timeout)
+        for key, node in hs.node_of.items():
             self._node_of[key], self._key_of[node] = node, key
-        self.identity_log = {"mode": mode, "left_out": {str(n): w for n, w in left_out.items()}}
-        return out
-
-    def _identity_mode(self, grid: Grid) -> str:
-        if self.identity != "auto":
-            return self.identity
-        if isinstance(grid, InMemoryGrid):  # Flower simulation: keys are random per run
-            return "declared"
-        return "node" if self._public_keys(grid) else "declared"
-
-    @staticmethod
-    def _public_keys(grid: Grid) -> dict[int, bytes]:
-        """Node id → public key as the SuperLink registered it (empty where none is known)."""
-        try:
-            return {int(i.node_id): bytes(i.public_key) for i in grid.get_nodes()
-                    if i.public_key}
-        except Exception as e:  # noqa: BLE001 - a grid without node info: ids only
-            log(WARNING, "grid.get_nodes() failed (%s): identities from node ids", e)
-            return {}
+        self.identity_log = hs.log
+        return hs.descriptions
 
     def start(  # type: ignore[override]
         self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,

@@ -275,6 +275,7 @@ def test_engine_error_on_one_clients_content_is_that_clients_failure(
     evaluation, or in the candidate pool after queries already finished) costs only its
     sender: recorded as ``engine_error``, the round absorbed without it, nothing duplicated."""
     from pfedma_flwr import collaboration
+    from pfedma_flwr.rules import server_flow
 
     poison = "POISON"
     if stage == "evaluation":
@@ -288,14 +289,14 @@ def test_engine_error_on_one_clients_content_is_that_clients_failure(
         monkeypatch.setattr(collaboration, "evaluate_batch", fault)
         bad = hostile(lambda q: _j(_reply([_resp(x, answer=poison) for x in q])))
     else:
-        real_pool = collaboration.build_candidate_pool
+        real_pool = server_flow.build_candidate_pool
 
         def fault_pool(cands, *a, **kw):
             if any(c.text == poison for cs in cands.values() for c in cs):
                 raise ValueError("planted fault")
             return real_pool(cands, *a, **kw)
 
-        monkeypatch.setattr(collaboration, "build_candidate_pool", fault_pool)
+        monkeypatch.setattr(server_flow, "build_candidate_pool", fault_pool)
         bad = hostile(lambda q: _j(_reply([_resp(x) for x in q], candidates=[
             {"text": poison, "category": "identity"}])))
     # t_max = 1: every query finishes inside the absorb that fails first (and is retried)
