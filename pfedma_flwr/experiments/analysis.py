@@ -20,7 +20,8 @@ query id. Rates are fractions in ``[0, 1]``; NaN = not measurable in this run.
   malicious client at least once; ``det`` / ``fpr`` are the shares of malicious / benign
   responses the anomaly filter removed, among those it scored (an unparsable response never
   reaches the filter, so it is neither a detection nor a false positive). For ``unreliable``
-  attacks ASR needs the clean twin run and is filled in by :func:`add_clean_twin_metrics`.
+  attacks ASR needs the clean twin run and is filled in by :func:`add_clean_twin_metrics`,
+  with BP and PNA (the clean runs with the defences on and off).
 """
 
 from __future__ import annotations
@@ -293,26 +294,40 @@ def run_metrics(run: RunData) -> dict[str, float]:
 
 
 def add_clean_twin_metrics(rows: Sequence[dict[str, Any]], runs: Mapping[str, RunData],
-                           twin_axis: str = "rho") -> None:
-    """PNA, NRP (and ASR of ``unreliable`` attacks) from each attacked row's clean twin.
+                           twin_axis: str = "rho",
+                           undefended: Mapping[str, Mapping[str, str]] | None = None) -> None:
+    """BP, PNA, NRP (and ASR of ``unreliable`` attacks) from each row's clean twins (App. H).
 
-    The clean twin has the same labels except ``twin_axis`` and adversary ratio 0. PNA = its
-    ACC; NRP = 100·PNA·(1 − ASR) (App. H, percent); an ``unreliable`` attack on query ``q``
-    succeeded when the twin answered ``q`` correctly and the attacked run did not.
+    The clean twin has the same labels except ``twin_axis`` and adversary ratio 0.
+    BP = its ACC (benign tasks, the method's defences on). PNA = the ACC of the clean run of the
+    same method with its defences off: ``undefended`` maps an axis level to that level (e.g.
+    ``{"method": {"pfedma": "-all"}}``); a level without one has no defence to switch off, so
+    its PNA is its BP; PNA is NaN when the undefended clean run is missing (``--only``).
+    NRP = 100·PNA·(1 − ASR) (percent). An ``unreliable`` attack on query ``q`` succeeded when
+    the defended clean twin answered ``q`` right and the attacked run did not.
     """
-    by_labels = {tuple(sorted((k, v) for k, v in r["labels"].items() if k != twin_axis)): r
-                 for r in rows if runs[r["variant"]].cfg.adversary.ratio == 0.0}
+    def key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k, v) for k, v in labels.items() if k != twin_axis))
+
+    clean = {key(r["labels"]): r for r in rows
+             if runs[r["variant"]].cfg.adversary.ratio == 0.0}
     for r in rows:
-        twin = by_labels.get(tuple(sorted((k, v) for k, v in r["labels"].items()
-                                          if k != twin_axis)))
+        twin = clean.get(key(r["labels"]))
         if twin is None:
             continue
-        r["metrics"]["PNA"] = twin["metrics"]["ACC"]
+        r["metrics"]["BP"] = twin["metrics"]["ACC"]
+        off = dict(r["labels"])
+        for axis, pairs in (undefended or {}).items():
+            if off.get(axis) in pairs:
+                off[axis] = pairs[off[axis]]
+        # NaN, not BP, when the undefended clean run was not part of this experiment (--only)
+        bare = twin if off == r["labels"] else clean.get(key(off))
+        r["metrics"]["PNA"] = bare["metrics"]["ACC"] if bare is not None else math.nan
         run = runs[r["variant"]]
         if run.cfg.adversary.ratio > 0 and run.cfg.adversary.kind == "unreliable":
-            clean = {q["query_id"]: bool(q["correct"]) for q in runs[twin["variant"]].queries}
+            right = {q["query_id"]: bool(q["correct"]) for q in runs[twin["variant"]].queries}
             r["metrics"]["ASR"] = asr([adv.unreliable_attack_succeeded(
-                clean.get(q["query_id"], False), bool(q["correct"])) for q in run.queries])
+                right.get(q["query_id"], False), bool(q["correct"])) for q in run.queries])
         if run.cfg.adversary.ratio > 0:
             r["metrics"]["NRP"] = nrp(r["metrics"]["PNA"], r["metrics"].get("ASR", math.nan))
 

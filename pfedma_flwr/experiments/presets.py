@@ -82,6 +82,10 @@ class ExperimentPreset:
     plots: tuple[dict[str, Any], ...]
     # each rule drops the variants whose label of every axis it names is one of its levels
     exclude: tuple[dict[str, tuple[str, ...]], ...] = ()
+    # axis -> {level: the level that is the same method with its defences off}: App. H's PNA
+    # (no attack, no defence) comes from that level's clean run, BP (defences on) from the
+    # level's own; a level not listed has no defence to switch off (PNA = BP)
+    undefended: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def variants(self) -> list[Variant]:
         """The Cartesian product of the axes minus ``exclude``, in axis and level order."""
@@ -154,7 +158,7 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
     """Validate a loaded preset (sizes merged over ``shared_sizes``); errors name the key."""
     d = _mapping(data, f"experiment {name}")
     unknown = sorted(set(d) - {"description", "sizes", "base", "axes", "columns", "plots",
-                               "exclude"})
+                               "exclude", "undefended"})
     if unknown:
         raise ValueError(f"experiment {name}: unknown keys {unknown}")
     sizes = {}
@@ -195,7 +199,25 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
         name=name, description=str(d.get("description", "")), sizes=sizes,
         base=_mapping(d.get("base"), f"{name}.base"), axes=axes,
         columns=cols, plots=plots, exclude=_exclude(name, d.get("exclude"), axes),
+        undefended=_undefended(name, d.get("undefended"), axes),
     )
+
+
+def _undefended(name: str, spec: Any, axes: Mapping[str, Mapping[str, Any]]
+                ) -> dict[str, dict[str, str]]:
+    """``undefended`` validated: axes of the preset mapping its levels to its levels."""
+    out: dict[str, dict[str, str]] = {}
+    for a, pairs in _mapping(spec, f"{name}.undefended").items():
+        if a not in axes:
+            raise ValueError(f"experiment {name}: undefended names axis {a!r}, not in "
+                             f"{sorted(axes)}")
+        m = {str(k): str(v) for k, v in _mapping(pairs, f"{name}.undefended.{a}").items()}
+        bad = sorted({x for kv in m.items() for x in kv} - set(axes[a]))
+        if bad:
+            raise ValueError(f"experiment {name}: undefended.{a} names levels {bad} that axis "
+                             f"{a!r} does not have")
+        out[str(a)] = m
+    return out
 
 
 def _exclude(name: str, rules: Any, axes: Mapping[str, Mapping[str, Any]]

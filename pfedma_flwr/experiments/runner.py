@@ -158,7 +158,7 @@ def run_experiment(
         runs[vr.variant] = load_run(vr.output_dir)
         rows.append({"variant": vr.variant, "labels": dict(variant.labels),
                      "metrics": run_metrics(runs[vr.variant])})
-    add_clean_twin_metrics(rows, runs)
+    add_clean_twin_metrics(rows, runs, undefended=preset.undefended)
     files = write_tables(preset, rows, output_dir)
     files += make_plots(preset, rows, runs, output_dir)
     result = {"experiment": preset.name, "size": size, "description": preset.description,

@@ -1,6 +1,9 @@
-"""Preset ``exclude`` rules: how the baselines join a sweep only where a table needs them."""
+"""Preset ``exclude`` rules (the baselines join a sweep only where a table needs them) and the
+clean-twin metrics BP and PNA (``undefended``)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -32,3 +35,64 @@ def test_exclude_drops_the_combinations_it_names_only():
 def test_exclude_names_what_is_wrong(exclude, match):
     with pytest.raises(ValueError, match=match):
         _preset(exclude)
+
+
+# ------------------------------------------------------------------ BP and PNA (App. H)
+
+def _rows_and_runs(accs: dict[tuple[str, str], float]):
+    from pathlib import Path
+
+    from pfedma_flwr.config import PFedMAConfig
+    from pfedma_flwr.experiments.analysis import RunData
+
+    rows, runs = [], {}
+    for (method, rho), acc in accs.items():
+        cfg = PFedMAConfig()
+        cfg.adversary.ratio = float(rho)
+        cfg.adversary.kind = "injection"
+        name = f"method={method}_rho={rho}"
+        runs[name] = RunData(out_dir=Path("."), cfg=cfg, summary={}, queries=[])
+        rows.append({"variant": name, "labels": {"method": method, "rho": rho},
+                     "metrics": {"ACC": acc, "ASR": 0.25 if rho != "0" else float("nan")}})
+    return rows, runs
+
+
+def test_bp_is_the_defended_clean_acc_and_pna_the_undefended_one():
+    from pfedma_flwr.experiments.analysis import add_clean_twin_metrics
+
+    rows, runs = _rows_and_runs({("a", "0"): 0.8, ("a", "1"): 0.6, ("off", "0"): 0.9,
+                                 ("off", "1"): 0.3, ("b", "0"): 0.7, ("b", "1"): 0.5})
+    add_clean_twin_metrics(rows, runs, undefended={"method": {"a": "off"}})
+    m = {r["variant"]: r["metrics"] for r in rows}
+    # a: defences on 0.8 clean (BP), off 0.9 clean (PNA); NRP = 100 * 0.9 * (1 - 0.25)
+    assert m["method=a_rho=1"]["BP"] == 0.8 and m["method=a_rho=1"]["PNA"] == 0.9
+    assert m["method=a_rho=1"]["NRP"] == 100 * 0.9 * 0.75
+    assert m["method=a_rho=0"]["BP"] == 0.8 and m["method=a_rho=0"]["PNA"] == 0.9
+    # the undefended level itself and a method without a mapping: PNA = BP
+    assert m["method=off_rho=1"]["PNA"] == m["method=off_rho=1"]["BP"] == 0.9
+    assert m["method=b_rho=1"]["PNA"] == m["method=b_rho=1"]["BP"] == 0.7
+    assert m["method=b_rho=1"]["NRP"] == 100 * 0.7 * 0.75
+    # the undefended clean run left out (--only): PNA unknown, not silently BP
+    rows, runs = _rows_and_runs({("a", "0"): 0.8, ("a", "1"): 0.6})
+    add_clean_twin_metrics(rows, runs, undefended={"method": {"a": "off"}})
+    assert rows[1]["metrics"]["BP"] == 0.8 and math.isnan(rows[1]["metrics"]["PNA"])
+
+
+def test_undefended_must_name_the_presets_axes_and_levels():
+    axes = {"method": {"a": {}, "off": {}}, "rho": {"0": {}}}
+    p = parse_preset("p", {"axes": axes, "undefended": {"method": {"a": "off"}}})
+    assert p.undefended == {"method": {"a": "off"}}
+    with pytest.raises(ValueError, match=r"undefended names axis 'alpha'"):
+        parse_preset("p", {"axes": axes, "undefended": {"alpha": {"a": "off"}}})
+    with pytest.raises(ValueError, match=r"undefended.method names levels \['nope'\]"):
+        parse_preset("p", {"axes": axes, "undefended": {"method": {"a": "nope"}}})
+
+
+def test_robustness_and_anomaly_presets_map_pfedma_to_its_filter_off_level():
+    from pfedma_flwr.experiments.presets import load_preset
+
+    assert load_preset("robustness").undefended == {"method": {"pfedma": "-all"}}
+    ab = load_preset("anomaly_ablation").undefended["ablation"]
+    assert set(ab) == {"full", "-intent", "-evidence", "-consensus"}
+    assert set(ab.values()) == {"-all"}
+    assert "BP" in load_preset("robustness").columns
