@@ -425,4 +425,3 @@ class CollaborationEngine:
             "wall_seconds": wall_seconds,
         }
         return {**out, "status": run_status(out)}
-
