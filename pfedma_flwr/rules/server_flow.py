@@ -14,12 +14,14 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.modes import RuleMode
 from pfedma_flwr.rules.promotion import build_candidate_pool
 from pfedma_flwr.schema import ClientReply
 
-# Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G).
-PROMOTE_MODES = ("full", "L2G")
-REDISTRIBUTE_MODES = ("full", "G2L")
+# Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G):
+# promotion where clients upload, redistribution where they adopt (one definition: RuleMode).
+PROMOTE_MODES = tuple(m.config_name for m in RuleMode if m.upload)
+REDISTRIBUTE_MODES = tuple(m.config_name for m in RuleMode if m.adopt)
 
 
 def _asdict(obj: Any) -> Any:
