@@ -37,10 +37,12 @@ from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.rules.enforcement import UNCOVERED_ENTITIES
 from pfedma_flwr.rules.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.outgoing import check_outgoing, client_secrets
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.policy import initial_local_rules, profile_entities
+from pfedma_flwr.rules.private_facts import PRIVATE_FACT
 from pfedma_flwr.schema import (
     DEFAULT_LIMITS,
     ClientReply,
@@ -141,6 +143,11 @@ class ClientAgent:
         self.adversary = adversary
         items = {s for t in self.private_data for s in t.sensitive_items}
         self.sensitive_items = sorted(items | {s for s in sensitive_items if s.strip()})
+        # A client whose own data marks facts as sensitive knows that private facts need a
+        # rule; one without such data learns it only by adopting a global rule (issue 12).
+        facts = (self.sensitive_items and recognizer is not None
+                 and PRIVATE_FACT in recognizer.supported_entities)
+        self.uncovered_types = UNCOVERED_ENTITIES + ((PRIVATE_FACT,) if facts else ())
 
     def describe(self) -> ClientDescription:
         """Public profile metadata for routing (no private data)."""
@@ -232,13 +239,17 @@ class ClientAgent:
             if self.adversary is not None:
                 raw = self.adversary.response(q.query_id, raw, q.answer_kind, q.text)
             # Uncovered items create local rules first, so this very response is protected.
-            result, cands = state.rules.process(raw, self.sensitive_items, self.recognizer)
+            result, cands = state.rules.process(raw, self.sensitive_items, self.recognizer,
+                                                uncovered_types=self.uncovered_types)
             for c in cands:
                 candidates.setdefault((c.text, c.action), c)
             processed, refused = result.response, result.refused
             responses.append(ProcessedResponse(q.query_id, processed, refused=refused,
                                                tokens=tokens))
-            self._remember(state, f"{q.text[:300]} => {raw.final_answer[:100]}")
+            # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
+            # content (private facts) is measured on it, not only on the question's head
+            said = " ".join(c.claim for c in raw.claims)[:300]
+            self._remember(state, f"{q.text[:300]} => {raw.final_answer[:100]} {said}".rstrip())
             if reasoning:
                 self._learn(state, q, raw.final_answer)
         state.rounds += 1

@@ -23,6 +23,7 @@ from pfedma_flwr.embeddings import get_embedder
 from pfedma_flwr.node_security import NodePolicy, check_config_name
 from pfedma_flwr.registry import plugin_imports
 from pfedma_flwr.rules.pii import get_recognizer
+from pfedma_flwr.rules.private_facts import with_private_facts
 from pfedma_flwr.server_components import make_configured_backend
 
 logger = logging.getLogger(__name__)
@@ -106,10 +107,15 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         # the scripted agents look questions up in this node's benchmark files (inside a
         # Flower app bundle the default data dir does not exist)
         backend = dataclasses.replace(backend, options={**backend.options, "data_dir": data_dir})
+    embedder = get_embedder(cfg.embedding.name, cfg.embedding.model_path)
+    recognizer = get_recognizer(policy.pii_recognizer(cfg.rules.pii))
+    if cfg.rules.private_facts:
+        # the shipped detector is fitted on the packaged MiniLM; a custom model path is another
+        recognizer = with_private_facts(
+            recognizer, embedder, "custom" if cfg.embedding.model_path else cfg.embedding.name)
     return ClientAgent(
         profile=profile, backend=make_configured_backend(backend),
-        private_data=private, embedder=get_embedder(cfg.embedding.name, cfg.embedding.model_path),
-        recognizer=get_recognizer(policy.pii_recognizer(cfg.rules.pii)),
+        private_data=private, embedder=embedder, recognizer=recognizer,
         rule_mode=policy.rule_mode(cfg.rules.mode),
         few_shot=a.few_shot, few_shot_scope=a.few_shot_scope, experience_size=a.experience_size,
         max_tokens=backend.max_tokens, temperature=backend.temperature,

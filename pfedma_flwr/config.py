@@ -152,6 +152,9 @@ class RulesConfig:
     global_policy: list[str] = field(default_factory=list)
     # a promoted response rule also adds its query-scope twin for P_in (docs/rules.md)
     query_twins: bool = False
+    # the PRIVATE_FACT sentence detector in the clients' recognizer (needs embedding.name
+    # minilm; rules/private_facts.py); clients holding sensitive items detect uncovered facts
+    private_facts: bool = True
 
 
 @dataclass

@@ -15,6 +15,8 @@ FORMATTED=(
   tests/unit/test_launch.py tests/unit/test_progress.py tests/unit/test_report.py
   tests/unit/test_report_run.py tests/unit/test_one_gpu_preset.py
   tests/unit/test_flwr_run_deps.py tests/e2e/test_llama_server.py
+  pfedma_flwr/rules/private_facts.py tests/unit/test_private_facts.py
+  tests/strategy/test_private_facts_run.py scripts/train_private_facts.py
 )
 TYPED=(
   pfedma_flwr/cli.py pfedma_flwr/launch.py pfedma_flwr/progress.py pfedma_flwr/provenance.py
@@ -24,6 +26,7 @@ TYPED=(
   pfedma_flwr/results.py pfedma_flwr/persistence.py pfedma_flwr/equations.py
   pfedma_flwr/metrics.py pfedma_flwr/agents/program.py pfedma_flwr/config_checks.py
   pfedma_flwr/agent_state.py pfedma_flwr/query_state.py pfedma_flwr/rules/server_flow.py
+  pfedma_flwr/rules/private_facts.py
 )
 
 echo "[lint] ruff check"

@@ -16,6 +16,7 @@ from typing import Any
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.rules.adaptation import decide_flags
 from pfedma_flwr.rules.enforcement import (
+    UNCOVERED_ENTITIES,
     EnforcementResult,
     Uncovered,
     enforce_response,
@@ -233,11 +234,13 @@ class LocalRuleRepository:
         action: str = "redact",
         answer_extractable: Callable[[StructuredResponse], bool] | None = None,
         requirement_ok: Callable[[PrivacyRule, StructuredResponse | None], bool] | None = None,
+        uncovered_types: Sequence[str] = UNCOVERED_ENTITIES,
     ) -> tuple[EnforcementResult, list[RuleCandidate]]:
         """The client's rule step for one response: uncovered → new rules → ``P_resp`` → counts.
 
         Uncovered constraints are detected first so that the rule they create already protects
         the response that revealed them (otherwise that response would leave unprotected).
+        ``uncovered_types`` are the recognizer types whose spans count as uncovered constraints.
         Returns the enforcement result (to upload ``result.response``) and the candidates.
         """
         candidates: list[RuleCandidate] = []
@@ -246,7 +249,7 @@ class LocalRuleRepository:
         if self.mode.enforce:
             found = find_uncovered(
                 response, sensitive_items, self.active_rules("response"), recognizer,
-                budget=self._budget,
+                pii_entity_types=uncovered_types, budget=self._budget,
             )
             self.reactivate_matching(found)
             candidates = self.handle_uncovered(found, action=action)

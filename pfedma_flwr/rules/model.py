@@ -66,6 +66,8 @@ ENTITY_CATEGORY: dict[str, str] = {
     "MAC_ADDRESS": "online identifier",
     "LOCATION": "location",
     "DATE_TIME": "date",
+    # sentences the private-fact detector flags (rules/private_facts.py)
+    "PRIVATE_FACT": "private fact",
 }
 
 # Escapes (\d, \.), character classes, counted repeats and group headers carry no literal text.

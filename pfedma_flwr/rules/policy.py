@@ -42,6 +42,9 @@ GLOBAL_POLICIES: dict[str, tuple[str, tuple[str, ...]]] = {
     # what uncovered-item detection never creates rules for (task text is full of them), so
     # only adoption brings it: a client adopts it where its own data holds dates and places
     "dates_places_response": ("response", ("DATE_TIME", "LOCATION")),
+    # sentences stating a private fact about a person (rules/private_facts.py); a response
+    # rule only: P_in keeps QUERY_ENTITIES, so the detector never touches a task
+    "private_facts_response": ("response", ("PRIVATE_FACT",)),
 }
 DEFAULT_GLOBAL_POLICY: tuple[str, ...] = (
     "contact_query", "identifiers_query", "contact_response", "names_response")
