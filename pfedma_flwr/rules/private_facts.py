@@ -138,8 +138,8 @@ def fit_logistic(
 ) -> tuple[np.ndarray, float]:
     """Class-balanced, L2-regularized logistic regression by Newton's method (IRLS).
 
-    Each class weighs half of the loss whatever its size, so 117 items are not drowned by 2,600
-    ordinary sentences. The bias is not regularized. Returns ``(w, b)``.
+    Each class weighs half of the loss whatever its size, so a few hundred facts are not drowned
+    by thousands of ordinary sentences. The bias is not regularized. Returns ``(w, b)``.
     """
     if len(positives) == 0 or len(negatives) == 0:
         raise ValueError("fit_logistic needs positives and negatives")
@@ -191,10 +191,11 @@ class PrivateFactRecognizer:
 
     def analyze(self, text: str, entity_types: Sequence[str] | None = None) -> list[PiiSpan]:
         """Base spans of the other requested types, plus private-fact sentences if requested."""
-        wanted = list(entity_types) if entity_types is not None else None
-        others = None if wanted is None else [t for t in wanted if t != PRIVATE_FACT]
-        spans = list(self.base.analyze(text, others)) if others is None or others else []
-        if wanted is not None and PRIVATE_FACT in wanted:
+        if entity_types is None:  # the base's defaults; facts only when asked for by name
+            return list(self.base.analyze(text, None))
+        others = [t for t in entity_types if t != PRIVATE_FACT]
+        spans = list(self.base.analyze(text, others)) if others else []
+        if len(others) < len(entity_types):
             spans.extend(self.facts(text))
         return spans
 

