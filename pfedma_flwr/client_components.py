@@ -109,10 +109,15 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         backend = dataclasses.replace(backend, options={**backend.options, "data_dir": data_dir})
     embedder = get_embedder(cfg.embedding.name, cfg.embedding.model_path)
     recognizer = get_recognizer(policy.pii_recognizer(cfg.rules.pii))
-    if cfg.rules.private_facts:
+    if policy.private_fact_detection(cfg.rules.private_facts):
         # the shipped detector is fitted on the packaged MiniLM; a custom model path is another
-        recognizer = with_private_facts(
-            recognizer, embedder, "custom" if cfg.embedding.model_path else cfg.embedding.name)
+        run_name = "custom" if cfg.embedding.model_path else cfg.embedding.name
+        if policy.private_facts is not None and run_name != "minilm":
+            # the node wants the detector: the run's embedder choice must not switch it off
+            embedder_for_facts, run_name = get_embedder("minilm"), "minilm"
+        else:
+            embedder_for_facts = embedder
+        recognizer = with_private_facts(recognizer, embedder_for_facts, run_name)
     return ClientAgent(
         profile=profile, backend=make_configured_backend(backend),
         private_data=private, embedder=embedder, recognizer=recognizer,

@@ -12,6 +12,9 @@ it or weaken its privacy enforcement are therefore the node's:
 - ``data-dir`` (package default): benchmark data of this node;
 - ``min-rule-mode`` (``full``): weakest ``rules.mode`` the node runs (:data:`RULE_MODE_RANK`);
 - ``pii`` (the run's choice): PII recognizer of the node's rules, presidio | regex;
+- ``private-facts`` (true): run the ``PRIVATE_FACT`` sentence detector in the node's rules
+  whatever ``rules.private_facts`` and ``embedding`` the run sets (it then loads the packaged
+  MiniLM the shipped detector is fitted on); false switches it off on this node;
 - ``allow-run-endpoint`` (false): take ``base_url`` / ``api_key_env`` / data dir from the run
   config when the node sets none;
 - ``allow-plugins`` (false): let the run config name ``module:attr`` code;
@@ -23,8 +26,8 @@ it or weaken its privacy enforcement are therefore the node's:
 A node whose config holds only Flower's simulation keys (``partition-id``, ``num-partitions``)
 is a *simulated* node: Flower's simulation engine builds that config itself, so no operator
 could have set anything else, and the run submitter owns the machine and ships the ClientApp
-code anyway. Simulated nodes keep the run's endpoint, data dir, rule mode, programs and
-adversary (the ablation and robustness presets need them); they still refuse ``module:attr``
+code anyway. Simulated nodes keep the run's endpoint, data dir, rule mode, private-fact
+detector, programs and adversary (the ablation and robustness presets need them); they still refuse ``module:attr``
 plug-ins from the run config unless the environment of the simulating process (the machine
 owner's) sets ``PFEDMA_ALLOW_PLUGINS=1``.
 Every SuperNode of a deployment sets at least ``state-dir`` or ``data-dir`` and is a deployed
@@ -62,7 +65,7 @@ SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: node-config keys of this module (the others: partition-id, num-partitions, profile,
 #: client-id, state-dir are read by the ClientApp)
 POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-dir",
-               "min-rule-mode", "pii", "allow-run-endpoint", "allow-plugins", "allow-adversary",
+               "min-rule-mode", "pii", "private-facts", "allow-run-endpoint", "allow-plugins", "allow-adversary",
                "allow-programs")
 PII_RECOGNIZERS = ("presidio", "regex")
 NODE_KEYS = frozenset({*POLICY_KEYS, *SIMULATION_KEYS, "profile", "client-id", "state-dir"})
@@ -95,6 +98,9 @@ class NodePolicy:
         Weakest ``rules.mode`` this node enforces (see :data:`RULE_MODE_RANK`).
     pii : str
         PII recognizer the node's rules use; empty lets the run choose.
+    private_facts : bool or None
+        Whether the node's rules detect private facts (``PRIVATE_FACT``); ``None`` lets the run
+        choose (simulated nodes).
     allow_run_endpoint : bool
         Whether endpoint, key variable and data dir may come from the run config.
     allow_plugins : bool
@@ -115,6 +121,7 @@ class NodePolicy:
     data_dir: str = ""
     min_rule_mode: str = "full"
     pii: str = ""
+    private_facts: bool | None = True
     allow_run_endpoint: bool = False
     allow_plugins: bool = False
     allow_adversary: bool = False
@@ -142,8 +149,8 @@ class NodePolicy:
         node = dict(node_config)
         if set(node) <= SIMULATION_KEYS:
             env = os.environ if environ is None else environ
-            return cls(min_rule_mode="NR", allow_run_endpoint=True, allow_adversary=True,
-                       allow_programs=True,
+            return cls(min_rule_mode="NR", private_facts=None, allow_run_endpoint=True,
+                       allow_adversary=True, allow_programs=True,
                        allow_plugins=parse_bool(env.get(ALLOW_PLUGINS_ENV, "0"),
                                                 f"environment variable {ALLOW_PLUGINS_ENV}"),
                        simulated=True)
@@ -158,6 +165,8 @@ class NodePolicy:
             base_url=_text(node, "backend-url"),
             api_key_env=_text(node, "api-key-env"), data_dir=_text(node, "data-dir"),
             min_rule_mode=_text(node, "min-rule-mode") or "full", pii=_text(node, "pii"),
+            private_facts=parse_bool(node.get("private-facts", True),
+                                     "node config 'private-facts'"),
             allow_run_endpoint=parse_bool(node.get("allow-run-endpoint", False),
                                           "node config 'allow-run-endpoint'"),
             allow_plugins=parse_bool(node.get("allow-plugins", False),
@@ -185,6 +194,15 @@ class NodePolicy:
             logger.warning("rules.pii=%s from the run config replaced by this node's pii=%s",
                            requested, self.pii)
         return self.pii or requested
+
+    def private_fact_detection(self, requested: bool) -> bool:
+        """Whether the node's rules run the private-fact detector: the node's say, else the run's."""
+        if self.private_facts is None:
+            return requested
+        if requested != self.private_facts:
+            logger.warning("rules.private_facts=%s from the run config replaced by this node's "
+                           "private-facts=%s", requested, self.private_facts)
+        return self.private_facts
 
     def adversary_ratio(self, requested: float) -> float:
         """The run's ``adversary.ratio`` if this node allows it, else 0 (logged)."""

@@ -289,6 +289,35 @@ def test_node_pii_recognizer_pinned(tmp_path: Path):
         NodePolicy.from_node_config(deployed(tmp_path, pii="none"))
 
 
+def test_private_fact_detector_is_the_nodes(tmp_path: Path):
+    assert NodePolicy().private_fact_detection(False) is True  # deployed default: on
+    assert NodePolicy(private_facts=False).private_fact_detection(True) is False
+    sim = NodePolicy.from_node_config({"partition-id": 0, "num-partitions": 2})
+    assert sim.private_facts is None
+    assert (sim.private_fact_detection(False), sim.private_fact_detection(True)) == (False, True)
+    off = NodePolicy.from_node_config(deployed(tmp_path, **{"private-facts": "false"}))
+    assert off.private_facts is False
+    with pytest.raises(ConfigError, match="private-facts"):
+        NodePolicy.from_node_config(deployed(tmp_path, **{"private-facts": "maybe"}))
+
+
+def test_run_cannot_switch_a_nodes_private_fact_detector_off(tmp_path: Path):
+    pytest.importorskip("sentence_transformers")
+    from pfedma_flwr.rules.private_facts import PrivateFactRecognizer
+
+    # the tiny preset runs the hashing embedder, which alone would leave the detector off
+    rc = tiny("rules.private_facts=false")
+    node = client_components.build_agent(rc, deployed(tmp_path))
+    assert isinstance(node.recognizer, PrivateFactRecognizer)
+    assert node.recognizer.model.embedder == "minilm"
+    opted_out = deployed(tmp_path, **{"private-facts": False})
+    assert not isinstance(client_components.build_agent(tiny(), opted_out).recognizer,
+                          PrivateFactRecognizer)
+    sim = {"partition-id": 0, "num-partitions": 2}
+    assert not isinstance(client_components.build_agent(rc, sim).recognizer,
+                          PrivateFactRecognizer)
+
+
 def test_adversary_only_where_the_node_allows_it(tmp_path: Path):
     rc = tiny("adversary.ratio=1.0 adversary.kind=unreliable")
     assert client_components.build_agent(rc, deployed(tmp_path)).adversary is None
