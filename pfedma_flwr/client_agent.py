@@ -153,7 +153,8 @@ class ClientAgent:
         """Public profile metadata for routing (no private data)."""
         return ClientDescription(profile_name=self.profile.name, domains=self.profile.domains,
                                  description=self.profile.prompt, backbone=self.profile.backbone,
-                                 client_key=self.client_key)
+                                 reasoning=self.reasoning if self.response_format == "reasoning"
+                                 else "cot", client_key=self.client_key)
 
     def new_state(self) -> AgentState:
         """State of a client on first participation: its initial local policy (issue 12).

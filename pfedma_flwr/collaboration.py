@@ -45,7 +45,7 @@ from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
 from pfedma_flwr.schema import ClientReply, RespondInstruction, RoutedQuery
-from pfedma_flwr.wire import ClientDescription
+from pfedma_flwr.wire import ClientDescription, reasoning_way
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +201,9 @@ class CollaborationEngine:
                                price=self._price(c) if s.prices else None,
                                profile_embedding=self._profile_emb[c],
                                asked_for_this_query=c in q.asked,
-                               domains=tuple(self.clients[c].domains))
+                               domains=tuple(self.clients[c].domains),
+                               reasoning=reasoning_way(self.clients[c].reasoning,
+                                                       q.task.answer_kind))
                 for c in self._available
             ]
             sel = self.orchestrator.select(

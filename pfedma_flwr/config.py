@@ -127,6 +127,9 @@ class RoutingConfig:
     refine_query: bool = True
     # after round 1 ask only as many clients as the stopping rule still needs (heuristic)
     adaptive_k: bool = True
+    # round 1 asks program-aided agents first on tasks they compute, later rounds a way of
+    # reasoning the query has not had yet (heuristic and llm fallback; docs/accuracy.md)
+    mix_reasoning: bool = True
     # refinement wording: independent (re-solve from scratch, earlier answers only listed) |
     # verify (the candidate answer and its claims, asking to verify it)
     refine_style: str = "independent"

@@ -61,9 +61,9 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
         return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
                        exploration_c=r.exploration_c, use_capability=r.use_capability,
                        use_reliability=r.use_reliability, embedder=embedder,
-                       adaptive_k=r.adaptive_k, **extra_llm)
-    # Only passed when on, so plug-in orchestrators without the option keep working.
-    extra = {"adaptive_k": True} if r.adaptive_k else {}
+                       adaptive_k=r.adaptive_k, mix_reasoning=r.mix_reasoning, **extra_llm)
+    # Only passed when on, so plug-in orchestrators without the options keep working.
+    extra = {k: True for k in ("adaptive_k", "mix_reasoning") if getattr(r, k)}
     return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
                    exploration_c=r.exploration_c, use_capability=r.use_capability,
                    use_reliability=r.use_reliability, embedder=embedder, **extra)

@@ -29,6 +29,10 @@ class ClientDescription:
     domains: tuple[str, ...]
     description: str
     backbone: str = "default"
+    # How the agent answers tasks it can compute (number answers): "program" (it writes and
+    # runs a short program) or "cot" (a chain of thought); public, advisory routing metadata
+    # (a client that misstates it only changes who is asked first, DESIGN §3.12 revision).
+    reasoning: str = "cot"
     # Stable identity across restarts (node config "client-id", else "partition-<id>"); node
     # ids are random per run, so routing states and checkpoints are keyed by this instead.
     client_key: str = ""
@@ -41,13 +45,14 @@ class ClientDescription:
             "domains": list(self.domains),
             "description": self.description,
             "backbone": self.backbone,
+            "reasoning": self.reasoning,
         }
 
     @classmethod
     def from_dict(cls, d: Any, lim: Limits = DEFAULT_LIMITS) -> ClientDescription:
         d = obj_(d, "description")
         no_extra(d, "description", {"schema_version", "client_key", "profile_name", "domains",
-                                    "description", "backbone"})
+                                    "description", "backbone", "reasoning"})
         key = d.get("client_key", "")
         if key != "":
             key = id_(key, "description.client_key", lim)
@@ -64,8 +69,28 @@ class ClientDescription:
             description=str_(d.get("description"), "description.description", lim),
             backbone=str_(d.get("backbone", "default"), "description.backbone", lim,
                           cap=lim.max_id_chars),
+            reasoning=_reasoning(d.get("reasoning", "cot")),
             client_key=key,
         )
+
+
+#: How an agent answers what it can compute: a chain of thought, or a program it runs.
+REASONING_WAYS: tuple[str, ...] = ("cot", "program")
+#: Answer kinds a program computes (a program prints a number; options and free text do not
+#: come out of a computation). Other tasks are answered in chain of thought by every agent.
+PROGRAM_KINDS = frozenset({"number"})
+
+
+def reasoning_way(announced: str, answer_kind: str) -> str:
+    """How an agent that announced ``announced`` answers a task of ``answer_kind``."""
+    return announced if answer_kind in PROGRAM_KINDS else "cot"
+
+
+def _reasoning(value: Any) -> str:
+    if value not in REASONING_WAYS:
+        raise SchemaError("description.reasoning",
+                          f"expected one of {list(REASONING_WAYS)}, got {excerpt(value)}")
+    return str(value)
 
 
 # ------------------------------------------------------------------ node identity

@@ -41,11 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pfedma_flwr.agents.prompting import build_reasoning_messages
+from pfedma_flwr.wire import PROGRAM_KINDS, REASONING_WAYS
 
-# Only tasks with a numeric answer: a program prints a number; options and free text do not
-# come out of a computation.
-PROGRAM_KINDS = frozenset({"number"})
-REASONING_METHODS = ("cot", "program")
+REASONING_METHODS = REASONING_WAYS
 
 ALLOWED_IMPORTS = frozenset({
     "math", "cmath", "fractions", "decimal", "statistics", "itertools", "functools",

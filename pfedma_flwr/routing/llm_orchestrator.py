@@ -154,7 +154,8 @@ def build_prompt(
     Each candidate line carries its id, public profile domains, ``C`` for the query's domain
     and every other domain it has a value for, ``S``, times asked for the domain, whether it
     was asked for this query, and its cost: ``costs[id]``, else the candidate's price (USD per
-    million tokens of its backbone, ``routing.prices``), ``?`` when unknown.
+    million tokens of its backbone, ``routing.prices``), ``?`` when unknown; and, when known,
+    how it would answer this query (``reasoning=program`` or ``cot``).
     """
     lines = [f"Query (domain {query.domain}, round {round}, at most {k_max} agents):",
              query.text.strip(), ""]
@@ -178,6 +179,7 @@ def build_prompt(
             f" C: {cap}; "
             f"S={_fmt(st.reliability)}; asked={st.asked(query.domain)}; "
             f"asked_this_query={'yes' if c.asked_for_this_query else 'no'}; cost={cost_s}"
+            + (f"; reasoning={c.reasoning}" if c.reasoning else "")
         )
     return [{"role": "system", "content": SYSTEM_PROMPT.format(k_max=k_max)},
             {"role": "user", "content": "\n".join(lines)}]
@@ -225,8 +227,9 @@ class LLMOrchestrator:
         Round ``t > 1`` sees the query's earlier prompts and replies as a chat (system, user_1,
         assistant_1, …, user_t): the conversation the veRL agent loop trains on. False sends
         each round alone.
-    stop_support, exploration_c, use_capability, use_reliability, embedder, adaptive_k
-        Passed to the default heuristic fallback (see :class:`HeuristicOrchestrator`).
+    stop_support, exploration_c, use_capability, use_reliability
+        Passed to the default heuristic fallback (see :class:`HeuristicOrchestrator`), as are
+        ``embedder``, ``adaptive_k`` and ``mix_reasoning``.
     """
 
     def __init__(
@@ -245,6 +248,7 @@ class LLMOrchestrator:
         use_reliability: bool = True,
         embedder: Embedder | None = None,
         adaptive_k: bool = False,
+        mix_reasoning: bool = False,
     ) -> None:
         _check_k(k_max, "k_max")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -262,7 +266,7 @@ class LLMOrchestrator:
         self.fallback: Orchestrator = fallback or HeuristicOrchestrator(
             k_max=k_max, stop_support=stop_support, exploration_c=exploration_c,
             use_capability=use_capability, use_reliability=use_reliability,
-            embedder=embedder, adaptive_k=adaptive_k)
+            embedder=embedder, adaptive_k=adaptive_k, mix_reasoning=mix_reasoning)
         self.history = history
         self._turns: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
         self.decisions = 0

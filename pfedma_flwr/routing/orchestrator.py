@@ -51,6 +51,8 @@ class CandidateState:
     domains: tuple[str, ...] = ()
     # USD per million tokens of its backbone (routing.prices); None = no prices configured
     price: float | None = None
+    # how it would answer this query: "program" (computes it) | "cot" | "" (unknown)
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,10 @@ class HeuristicOrchestrator:
     adaptive_k : bool
         After round 1 ask only as many clients as the stopping rule still needs
         (``routing.adaptive_k``).
+    mix_reasoning : bool
+        Within a tier, round 1 asks agents that compute the answer with a program first, and
+        later rounds ask first a way of reasoning the query has not had (``routing.
+        mix_reasoning``; DESIGN §3.12 revision in ``docs/accuracy.md``).
     """
 
     def __init__(
@@ -177,6 +183,7 @@ class HeuristicOrchestrator:
         use_reliability: bool = True,
         embedder: Embedder | None = None,
         adaptive_k: bool = False,
+        mix_reasoning: bool = False,
     ) -> None:
         _check_k(k_max, "k_max")
         if not 0.0 <= stop_support <= 1.0:
@@ -190,6 +197,7 @@ class HeuristicOrchestrator:
         self.use_reliability = use_reliability
         self.embedder = embedder
         self.adaptive_k = adaptive_k
+        self.mix_reasoning = mix_reasoning
 
     def _embed(self, text: str, given: np.ndarray | None, what: str) -> np.ndarray:
         if given is not None:
@@ -248,9 +256,22 @@ class HeuristicOrchestrator:
         # question both learn g = 0) lost to never-asked off-domain ones, so from the second
         # batch of 20 questions on GSM8K went to the physician and the lawyer (docs/accuracy.md).
         # Unknown domains count as in-domain; C and S still rank within each tier.
-        def tier(c: CandidateState) -> tuple[bool, bool]:
+        # With mix_reasoning a tier is ordered by way of reasoning too: in round 1 a program
+        # first (one short program costs ~2.6x fewer tokens than a chain of thought, and alone
+        # solved 13/20 GSM8K vs 8/20), later a way the query has not had yet, so the answer that
+        # breaks a split is not the same way's correlated second try (docs/accuracy.md).
+        seen = {c.reasoning for c in candidates if c.asked_for_this_query and c.reasoning}
+
+        def way(c: CandidateState) -> int:
+            if not self.mix_reasoning:
+                return 0
+            if round == 1:
+                return 0 if c.reasoning == "program" else 1
+            return 1 if c.reasoning in seen else 0
+
+        def tier(c: CandidateState) -> tuple[bool, bool, int]:
             off = bool(c.domains) and query.domain not in c.domains
-            return off, round > 1 and c.asked_for_this_query
+            return off, round > 1 and c.asked_for_this_query, way(c)
 
         scored.sort(key=lambda sc: tier(sc[1]))
         n = k
@@ -263,8 +284,9 @@ class HeuristicOrchestrator:
         """Log the configuration."""
         logger.info(
             "HeuristicOrchestrator: k_max=%d, stop_support=%.2f, c=%.3f, C=%s, S=%s, "
-            "adaptive_k=%s", self.k_max, self.stop_support, self.exploration_c,
-            self.use_capability, self.use_reliability, self.adaptive_k,
+            "adaptive_k=%s, mix_reasoning=%s", self.k_max, self.stop_support,
+            self.exploration_c, self.use_capability, self.use_reliability, self.adaptive_k,
+            self.mix_reasoning,
         )
 
 
