@@ -18,7 +18,6 @@ from pfedma_flwr.agent_state import AgentState, parse_rule_mode
 from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import (
-    PROGRAM_KINDS,
     REASONING_METHODS,
     extract_code,
     program_messages,
@@ -52,7 +51,7 @@ from pfedma_flwr.schema import (
     RoutedQuery,
     RuleCandidate,
 )
-from pfedma_flwr.wire import ClientDescription
+from pfedma_flwr.wire import PROGRAM_KINDS, ClientDescription
 
 if TYPE_CHECKING:
     from pfedma_flwr.adversary import Adversary

@@ -27,9 +27,9 @@ A node whose config holds only Flower's simulation keys (``partition-id``, ``num
 is a *simulated* node: Flower's simulation engine builds that config itself, so no operator
 could have set anything else, and the run submitter owns the machine and ships the ClientApp
 code anyway. Simulated nodes keep the run's endpoint, data dir, rule mode, private-fact
-detector, programs and adversary (the ablation and robustness presets need them); they still refuse ``module:attr``
-plug-ins from the run config unless the environment of the simulating process (the machine
-owner's) sets ``PFEDMA_ALLOW_PLUGINS=1``.
+detector, programs and adversary (the ablation and robustness presets need them); they still
+refuse ``module:attr`` plug-ins from the run config unless the environment of the simulating
+process (the machine owner's) sets ``PFEDMA_ALLOW_PLUGINS=1``.
 Every SuperNode of a deployment sets at least ``state-dir`` or ``data-dir`` and is a deployed
 node with the strict defaults above.
 """
@@ -65,8 +65,8 @@ SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: node-config keys of this module (the others: partition-id, num-partitions, profile,
 #: client-id, state-dir are read by the ClientApp)
 POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-dir",
-               "min-rule-mode", "pii", "private-facts", "allow-run-endpoint", "allow-plugins", "allow-adversary",
-               "allow-programs")
+               "min-rule-mode", "pii", "private-facts", "allow-run-endpoint", "allow-plugins",
+               "allow-adversary", "allow-programs")
 PII_RECOGNIZERS = ("presidio", "regex")
 NODE_KEYS = frozenset({*POLICY_KEYS, *SIMULATION_KEYS, "profile", "client-id", "state-dir"})
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -196,7 +196,7 @@ class NodePolicy:
         return self.pii or requested
 
     def private_fact_detection(self, requested: bool) -> bool:
-        """Whether the node's rules run the private-fact detector: the node's say, else the run's."""
+        """Whether the node's rules run the private-fact detector: the node's, else the run's."""
         if self.private_facts is None:
             return requested
         if requested != self.private_facts:

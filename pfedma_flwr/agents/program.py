@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pfedma_flwr.agents.prompting import build_reasoning_messages
-from pfedma_flwr.wire import PROGRAM_KINDS, REASONING_WAYS
+from pfedma_flwr.wire import REASONING_WAYS
 
 REASONING_METHODS = REASONING_WAYS
 

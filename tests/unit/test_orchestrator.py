@@ -119,6 +119,31 @@ def test_later_rounds_prefer_in_domain_clients_over_unasked_off_domain_ones():
     assert orch(k_max=2).select(Q, None, cands, round=2).clients == ("a", "c")
 
 
+def test_mix_reasoning_programs_first_then_a_way_not_yet_heard():
+    import dataclasses
+
+    def way(c, reasoning, *domains):
+        return dataclasses.replace(c, reasoning=reasoning, domains=domains or ("math",))
+
+    # scores a .375 > c .275 > b .125 (test_scores_round_one_top_k); a reasons in text, b and c
+    # compute with a program, d computes too but is off-domain (and scores as a)
+    cands = [way(cand("a"), "cot"), way(cand("b"), "program"), way(cand("c"), "program"),
+             way(cand("d", profile=[1.0, 0.0]), "program", "medicine")]
+    assert orch().select(Q, None, cands, round=1).clients == ("a", "c")  # off: by score
+    mixed = orch(mix_reasoning=True)
+    assert mixed.select(Q, None, cands, round=1).clients == ("c", "b")
+    assert mixed.select(Q, None, cands, round=1, k_max=3).clients == ("c", "b", "a")
+    # round 2 after the two programs split: the text reasoner first although a third,
+    # not yet asked program agent e scores higher (cos 1 like a, C .9)
+    asked = [dataclasses.replace(c, asked_for_this_query=c.client_id in "bc") for c in cands]
+    e = way(cand("e", c=0.9, profile=[1.0, 0.0]), "program")
+    assert mixed.select(Q, None, [*asked, e], round=2, k_max=1).clients == ("a",)
+    assert orch().select(Q, None, [*asked, e], round=2, k_max=1).clients == ("e",)
+    # unknown ways ("", e.g. a plug-in's candidates) rank as not heard yet
+    blank = [dataclasses.replace(c, reasoning="") for c in asked]
+    assert mixed.select(Q, None, blank, round=2, k_max=1).clients == ("a",)
+
+
 def test_round_one_prefers_in_domain_clients_whose_capability_fell_below_the_prior():
     import dataclasses
 

@@ -166,6 +166,16 @@ def test_a_deployed_node_runs_programs_only_when_its_operator_allows():
     assert NodePolicy.from_node_config({"state-dir": "/tmp/s"}).reasoning("cot") == "cot"
 
 
+def test_the_agent_announces_the_way_it_actually_reasons():
+    # the orchestrator's mix_reasoning reads it; a node without allow-programs reasons in text
+    assert _agent(MockBackend()).describe().reasoning == "program"
+    assert _agent(MockBackend(), reasoning="cot").describe().reasoning == "cot"
+    json_agent = ClientAgent(profile=get_profile("statistician"), backend=MockBackend(),
+                             private_data=[], embedder=HashingEmbedder(), recognizer=None,
+                             response_format="json")
+    assert json_agent.describe().reasoning == "cot"  # programs run only under reasoning
+
+
 def test_a_fallback_that_is_cut_is_repaired_and_every_call_is_counted():
     from pfedma_flwr.agents.prompting import REPAIR_PROMPT
 

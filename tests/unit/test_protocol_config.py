@@ -161,3 +161,23 @@ def test_declared_client_key_must_be_log_and_file_safe(key):
     with pytest.raises(SchemaError) as e:
         ClientDescription.from_dict({"profile_name": "p", "description": "d", "client_key": key})
     assert e.value.code == "schema:client_key"
+
+
+def test_description_announces_a_reasoning_way():
+    d = ClientDescription("statistician", ("math",), "Computes.", reasoning="program")
+    assert decode_description(encode_description(d)).reasoning == "program"
+    # an old client that sends no way reasons in text
+    assert ClientDescription.from_dict({"profile_name": "p", "description": "d"}).reasoning == "cot"
+    for bad in ("oracle", ["program"], 1, None):
+        with pytest.raises(SchemaError) as e:
+            ClientDescription.from_dict({"profile_name": "p", "description": "d",
+                                         "reasoning": bad})
+        assert e.value.code == "schema:reasoning"
+
+
+def test_reasoning_way_applies_to_computed_answers_only():
+    from pfedma_flwr.wire import reasoning_way
+
+    assert reasoning_way("program", "number") == "program"
+    assert [reasoning_way("program", k) for k in ("option", "math", "text")] == ["cot"] * 3
+    assert reasoning_way("cot", "number") == "cot"
