@@ -85,12 +85,12 @@ def split_rounds(calls: list[tuple[float, float, int]], t_start: float, t_end: f
     return rows
 
 
-def write_section(path: Path, body: str) -> None:
-    """Replace this bench's section of the results file (other sections untouched)."""
+def write_section(path: Path, body: str, section: str = SECTION) -> None:
+    """Replace ``section`` of the results file (other sections untouched)."""
     text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    head, _, rest = text.partition(SECTION)
+    head, _, rest = text.partition(section)
     tail = rest[rest.find("\n## "):] if "\n## " in rest else ""
-    path.write_text(head.rstrip() + "\n\n" + SECTION + "\n\n" + body.strip() + "\n" + tail,
+    path.write_text(head.rstrip() + "\n\n" + section + "\n\n" + body.strip() + "\n" + tail,
                     encoding="utf-8")
 
 

@@ -190,29 +190,49 @@ class CollaborationEngine:
         """Ask the orchestrator about each query in ``todo`` (finishing those that stop)."""
         s = self.settings
         q_embs = self.embedder.encode([q.task.question for q in todo])
+        # Candidate lists are O(N) per query, the server's largest cost at N = 1,000
+        # (bench/bench_server_scale.py). A candidate differs between queries only by "asked
+        # for this query" and its way of reasoning for the task, so each variant is built once
+        # per planning.
+        variants: dict[tuple[str, bool, str], CandidateState] = {}
+
+        def candidate(c: str, asked: bool, kind: str) -> CandidateState:
+            way = reasoning_way(self.clients[c].reasoning, kind)
+            got = variants.get((c, asked, way))
+            if got is None:
+                got = variants[(c, asked, way)] = CandidateState(
+                    client_id=c, state=self.routing.get(c),
+                    profile=self.clients[c].description,
+                    price=self._price(c) if s.prices else None,
+                    profile_embedding=self._profile_emb[c], asked_for_this_query=asked,
+                    domains=tuple(self.clients[c].domains), reasoning=way)
+            return got
+
+        early_stop = getattr(self.orchestrator, "stop_before_routing", None)
         for k, q in enumerate(todo):
             if q.t >= s.t_max:
                 self._finish(q, "t_max")
                 continue
+            if early_stop is not None and early_stop(q.z, round=q.t + 1) is not None:
+                self._finish(q, "orchestrator_stop")
+                continue
+            # A client holds at most one message's worth of queries per round (the protocol's
+            # cap, which it enforces): with more queries in flight than that, the orchestrator
+            # routes among the clients with room left; a query with none waits a round.
+            room = [c for c in self._available
+                    if len(per_client.get(c, ())) < s.max_queries_per_client]
+            if not room:
+                continue
             domain = knowledge_domain(q.task.domain)
-            candidates = [
-                CandidateState(client_id=c, state=self.routing.get(c),
-                               profile=self.clients[c].description,
-                               price=self._price(c) if s.prices else None,
-                               profile_embedding=self._profile_emb[c],
-                               asked_for_this_query=c in q.asked,
-                               domains=tuple(self.clients[c].domains),
-                               reasoning=reasoning_way(self.clients[c].reasoning,
-                                                       q.task.answer_kind))
-                for c in self._available
-            ]
+            kind = q.task.answer_kind
+            candidates = [candidate(c, c in q.asked, kind) for c in room]
             sel = self.orchestrator.select(
                 OrchestratorQuery(query_id=q.task.task_id, text=q.task.question, domain=domain,
                                   embedding=q_embs[k]),
                 q.z, candidates, round=q.t + 1, k_max=s.k_max,
             )
             try:
-                sel = validate_selection(sel, self._available, s.k_max)
+                sel = validate_selection(sel, room, s.k_max)
             except ValueError as e:
                 # A plug-in policy's malformed action ends the query (R_fmt = -1 in §3.11).
                 self.totals["invalid_selections"] += 1

@@ -53,8 +53,14 @@ class EngineSettings:
     max_failed_share: float = 0.5
     # USD per million tokens by backbone ("default": the configured agent backend)
     prices: Mapping[str, float] = field(default_factory=dict)
+    # queries one client gets per Flower round: the protocol's per-message cap
+    # (protocol.max_items), which a client enforces on the instruction it decodes
+    max_queries_per_client: int = 256
 
     def __post_init__(self) -> None:
+        if self.max_queries_per_client < 1:
+            raise ValueError("max_queries_per_client (protocol.max_items) must be >= 1, got "
+                             f"{self.max_queries_per_client}")
         if not 0.0 <= self.max_failed_share <= 1.0:
             raise ValueError("max_failed_share (share of failed answers above which a run "
                              f"ends {GENERATION_FAILED!r}) must be in [0, 1], got "

@@ -106,6 +106,7 @@ def build_engine(
         use_reliability=r.use_reliability, refine_query=r.refine_query,
         refine_style=r.refine_style, rule_mode=ru.mode,
         sim_threshold=ru.sim_threshold, seed=cfg.seed, prices=dict(r.prices),
+        max_queries_per_client=cfg.protocol.max_items,
     )
     parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
                              "settings": settings}

@@ -215,8 +215,7 @@ class HeuristicOrchestrator:
         if missing and self.embedder is None:
             raise ValueError("a candidate profile has no embedding and there is no embedder")
         encoded = iter(self.embedder.encode(missing) if missing and self.embedder else [])
-        n_total = sum(c.state.asked(query.domain) for c in candidates)
-        out: list[float] = []
+        rows = []
         for c in candidates:
             p = (np.asarray(c.profile_embedding, dtype=np.float32).reshape(-1)
                  if c.profile_embedding is not None else next(encoded))
@@ -224,12 +223,30 @@ class HeuristicOrchestrator:
                 raise ValueError(
                     f"profile embedding of {c.client_id!r} has shape {p.shape}, query {q.shape}"
                 )
-            cap = c.state.c(query.domain) if self.use_capability else 1.0
-            rel = c.state.reliability if self.use_reliability else 1.0
-            n_i = c.state.asked(query.domain)
-            bonus = self.exploration_c * math.sqrt(math.log1p(n_total) / (1 + n_i))
-            out.append((cap + float(q @ p)) / 2.0 * rel + bonus)
-        return out
+            rows.append(p)
+        if not rows:
+            return []
+        # one matrix-vector product and array arithmetic: at N = 1,000 candidates per query a
+        # Python loop over them was the server's largest cost (bench/bench_server_scale.py)
+        d = query.domain
+        sims = (np.stack(rows) @ q).astype(np.float64)
+        asked = np.array([c.state.asked(d) for c in candidates], dtype=np.float64)
+        cap = (np.array([c.state.c(d) for c in candidates]) if self.use_capability
+               else np.ones(len(rows)))
+        rel = (np.array([c.state.reliability for c in candidates]) if self.use_reliability
+               else np.ones(len(rows)))
+        bonus = self.exploration_c * np.sqrt(math.log1p(asked.sum()) / (1.0 + asked))
+        return [float(v) for v in (cap + sims) / 2.0 * rel + bonus]
+
+    def stop_before_routing(self, z: CollabState | None, *, round: int) -> str | None:
+        """The STOP reason that needs no candidates (§3.12's stopping rule), else ``None``.
+
+        The engine asks this first, so a query that stops costs no candidate list (O(N) per
+        query); :meth:`select` applies the same rule, so both paths agree.
+        """
+        if z is not None and should_stop(z, round, self.stop_support):
+            return f"support {z.support:.2f} >= {self.stop_support}"
+        return None
 
     def select(
         self,
@@ -244,8 +261,8 @@ class HeuristicOrchestrator:
         k = round_budget(k_max, self.k_max, round)
         if not candidates:
             return Selection.stop_now("no candidates")
-        if z is not None and should_stop(z, round, self.stop_support):
-            return Selection.stop_now(f"support {z.support:.2f} >= {self.stop_support}")
+        if (reason := self.stop_before_routing(z, round=round)) is not None:
+            return Selection.stop_now(reason)
         scored = sorted(zip(self.scores(query, candidates), candidates, strict=True),
                         key=lambda sc: (-sc[0], sc[1].client_id))
         # Stable sort, each part still by score: in-domain clients not yet asked, then in-domain
@@ -257,8 +274,8 @@ class HeuristicOrchestrator:
         # batch of 20 questions on GSM8K went to the physician and the lawyer (docs/accuracy.md).
         # Unknown domains count as in-domain; C and S still rank within each tier.
         # With mix_reasoning a tier is ordered by way of reasoning too: in round 1 a program
-        # first (one short program costs ~2.6x fewer tokens than a chain of thought, and alone
-        # solved 13/20 GSM8K vs 8/20), later a way the query has not had yet, so the answer that
+        # first (about half the generation time of a chain of thought, and alone it solved
+        # 13/20 GSM8K vs 8/20), later a way the query has not had yet, so the answer that
         # breaks a split is not the same way's correlated second try (docs/accuracy.md).
         seen = {c.reasoning for c in candidates if c.asked_for_this_query and c.reasoning}
 

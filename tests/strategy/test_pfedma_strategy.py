@@ -218,3 +218,22 @@ def test_without_prices_every_query_costs_nothing(federation, tmp_path: Path):
     summary, _ = federation(num_nodes=3)
     assert all(q["cost"] == 0.0 for q in read_jsonl(tmp_path / "out" / "queries.jsonl"))
     assert summary["cost_per_query"] == 0.0
+
+
+def test_more_queries_in_flight_than_a_message_holds_wait_for_room(federation, tmp_path: Path):
+    # protocol.max_items = 2: a client decodes at most 2 queries per message. 6 queries in
+    # flight x K_max 2 = 12 answers, but 4 clients x 2 = 8 places per round: the server routes
+    # among clients with room left, and the queries without any wait a round, so no message
+    # exceeds the cap (the client would reject it: every answer in it lost).
+    summary, grid = federation(
+        num_nodes=4, responder=lambda msgs: answer_json("42"),
+        overrides="strategy.batch_size=6 protocol.max_items=2 strategy.t_max=3")
+    assert summary["status"] == "completed"
+    assert summary["generation"]["failed"] == 0
+    sent = [decode_instruction(m.content) for m in _respond_msgs(grid)]
+    assert sent and max(len(ins.queries) for ins in sent) == 2
+    queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
+    assert len(queries) == 6 and all(q["stop_reason"] == "orchestrator_stop" for q in queries)
+    # round 1 carried 8 query-answers (4 queries x 2); the other 2 queries went in round 2
+    first = [ins for ins in sent if ins.server_round == 1]
+    assert sum(len(ins.queries) for ins in first) == 8

@@ -92,6 +92,8 @@ def test_stop_rule(rnd, support, n_agreeing, stop):
     sel = orch().select(Q, z, [cand("a"), cand("b")], round=rnd)
     assert sel.stop is stop
     assert (sel.clients == ()) is stop
+    # the engine asks the same rule before building any candidate list: both must agree
+    assert (orch().stop_before_routing(z, round=rnd) is not None) is stop
 
 
 def test_later_rounds_prefer_clients_not_yet_asked():
