@@ -68,6 +68,10 @@ class LocalDeployment:
         Optional profile name per node (``profile`` in the node config).
     data_dir : str
         Benchmark data directory for the clients (default: the repository's ``data/``).
+    private_facts : bool
+        The nodes' ``private-facts`` key (their PRIVATE_FACT detector; on by default, as on
+        any deployed node). It loads MiniLM in every ClientApp process, which a test of
+        something else on 2 cores may not have time for.
     """
 
     workdir: Path
@@ -76,6 +80,7 @@ class LocalDeployment:
     insecure: bool = False
     profiles: list[str] = field(default_factory=list)
     data_dir: str = str(APP_DIR / "data")
+    private_facts: bool = True
     link: Proc | None = None
     gateway: Proc | None = None
     nodes: list[Proc] = field(default_factory=list)
@@ -216,7 +221,8 @@ class LocalDeployment:
         parts = [f"partition-id={i}", f"num-partitions={self.num_nodes}",
                  f"state-dir={toml_str(str(self.workdir / f'node{i}' / 'state'))}",
                  f"data-dir={toml_str(self.data_dir)}", 'min-rule-mode="full"',
-                 "allow-run-endpoint=false", "allow-plugins=false"]
+                 "allow-run-endpoint=false", "allow-plugins=false",
+                 f"private-facts={str(self.private_facts).lower()}"]
         if i < len(self.profiles) and self.profiles[i]:
             parts.append(f"profile={toml_str(self.profiles[i])}")
         return " ".join(parts)
