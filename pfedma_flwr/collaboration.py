@@ -209,6 +209,7 @@ class CollaborationEngine:
             return got
 
         early_stop = getattr(self.orchestrator, "stop_before_routing", None)
+        full: set[str] = set()  # clients already holding protocol.max_items queries
         for k, q in enumerate(todo):
             if q.t >= s.t_max:
                 self._finish(q, "t_max")
@@ -219,8 +220,7 @@ class CollaborationEngine:
             # A client holds at most one message's worth of queries per round (the protocol's
             # cap, which it enforces): with more queries in flight than that, the orchestrator
             # routes among the clients with room left; a query with none waits a round.
-            room = [c for c in self._available
-                    if len(per_client.get(c, ())) < s.max_queries_per_client]
+            room = [c for c in self._available if c not in full] if full else self._available
             if not room:
                 continue
             domain = knowledge_domain(q.task.domain)
@@ -259,6 +259,8 @@ class CollaborationEngine:
                 q.asked.add(c)
                 q.routed[c] = view(c)
                 per_client.setdefault(c, []).append(q.routed[c])
+                if len(per_client[c]) >= s.max_queries_per_client:
+                    full.add(c)
 
     # ------------------------------------------------------------------ absorbing
 

@@ -39,12 +39,9 @@ def _unmet(req: Requirement, seen: set[tuple[str, str]]) -> str | None:
     if (name, ",".join(extras)) in seen:
         return None
     seen.add((name, ",".join(extras)))
-    try:
-        dist = metadata.distribution(name)
-    except metadata.PackageNotFoundError:
-        return f"{req} (not installed)"
-    if req.specifier and not req.specifier.contains(dist.version, prereleases=True):
-        return f"{req} (installed {dist.version})"
+    dist, miss = _installed(req)
+    if dist is None:
+        return miss
     for line in dist.requires or []:
         try:
             sub = Requirement(line)
@@ -54,6 +51,17 @@ def _unmet(req: Requirement, seen: set[tuple[str, str]]) -> str | None:
         if wanted and (miss := _unmet(sub, seen)) is not None:
             return miss
     return None
+
+
+def _installed(req: Requirement) -> tuple[metadata.Distribution | None, str | None]:
+    """``req``'s installed distribution if its version satisfies ``req``, else why not."""
+    try:
+        dist = metadata.distribution(canonicalize_name(req.name))
+    except metadata.PackageNotFoundError:
+        return None, f"{req} (not installed)"
+    if req.specifier and not req.specifier.contains(dist.version, prereleases=True):
+        return None, f"{req} (installed {dist.version})"
+    return dist, None
 
 
 def _applies(req: Requirement, extra: str) -> bool:
@@ -80,14 +88,8 @@ def main(pins: list[str]) -> int:
         lines += project["optional-dependencies"][extra]
     seen: set[tuple[str, str]] = set()
     for pin in pins:
-        req = Requirement(pin)
-        try:
-            version = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
-            print(f"installed.py: unmet: {pin} (not installed)")
-            return 1
-        if not req.specifier.contains(version, prereleases=True):
-            print(f"installed.py: unmet: {pin} (installed {version})")
+        if (miss := _installed(Requirement(pin))[1]) is not None:
+            print(f"installed.py: unmet: {miss}")
             return 1
     for line in lines:
         req = Requirement(line)
