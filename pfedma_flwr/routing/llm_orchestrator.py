@@ -1,13 +1,14 @@
 """The LLM orchestrator ``π_θ``: a chat model reads the routing state and emits an action.
 
-The prompt lists the candidates (id, profile domains, ``C`` per domain, ``S``, times asked,
-cost) and the collaboration state ``z``; the reply must be, after an optional
-``<think>…</think>``, exactly ``<select>id1,id2</select>`` (1 ≤ size ≤ K_max distinct candidate
-ids) or ``<stop/>``. :func:`parse_action` parses it strictly; a malformed reply (or a backend
-error) is counted as a format failure by reason code and that round falls back to the
-heuristic policy (DESIGN §3.12), so an untrained or broken policy never ends a query. The same
-prompt and parser serve the veRL training loop (:mod:`pfedma_flwr.training.agent_loop`), so the
-trained checkpoint sees at serving time exactly what it saw in training.
+The prompt lists the candidates (id, profile domains, ``C`` per domain, ``S``, times asked, cost)
+and the collaboration state ``z``; the reply must be, after an optional ``<think>…</think>``,
+exactly ``<select>id1,id2</select>`` (1 ≤ size ≤ K_max distinct candidate ids) or ``<stop/>``; the
+reply ends at its first action, as with a serving stop sequence (:func:`through_first_action`).
+:func:`parse_action` parses it strictly; a malformed reply (or a backend error) is counted as a
+format failure by reason code and that round falls back to the heuristic policy (DESIGN §3.12), so
+an untrained or broken policy never ends a query. The same prompt and parser serve the veRL
+training loop (:mod:`pfedma_flwr.training.agent_loop`), so the trained checkpoint sees at serving
+time exactly what it saw in training.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ MAX_CONVERSATIONS = 4096
 
 FAILURE_REASONS = (
     "empty", "no_action", "multiple_actions", "extra_text", "empty_selection", "too_many",
-    "duplicate_id", "unknown_id", "backend_error",
+    "duplicate_id", "unknown_id", "stop_without_answer", "backend_error",
 )
 
 SYSTEM_PROMPT = (
@@ -53,8 +54,13 @@ SYSTEM_PROMPT = (
     "tokens, so ask no more agents than needed.\n"
     "Reply with an optional <think>short reasoning</think> followed by exactly one action:\n"
     "  <select>ID1,ID2</select>  ask 1 to {k_max} distinct agents, ids from the list\n"
-    "  <stop/>                  stop and keep z as the final answer\n"
-    "Write nothing after the action."
+    "  <stop/>                  stop and keep z as the final answer (only once z exists)\n"
+    "Write nothing after the action. Do not answer the query yourself.\n"
+    # Measured (docs/accuracy.md): without an example the untrained embedded model restated
+    # the query inside <think> and stopped, so all 40 decisions of a 20-question run failed.
+    "Example replies (agent-7 stands for an id copied from the candidate list):\n"
+    "<think>agent-7 covers the query's domain with the highest C.</think><select>agent-7</select>\n"
+    "<think>z has full support from reliable agents.</think><stop/>"
 )
 
 _THINK = re.compile(r"\A\s*<think>.*?</think>", re.DOTALL)
@@ -116,6 +122,17 @@ def parse_action(text: str, candidates: Sequence[str], k_max: int) -> Selection 
     if unknown:
         return FormatFailure("unknown_id", f"not a candidate: {[_excerpt(u) for u in unknown]}")
     return Selection(clients=tuple(ids), reason="llm")
+
+
+def through_first_action(text: str) -> str:
+    """``text`` up to the end of its first complete action (all of it when it has none).
+
+    What a serving stop sequence (``</select>``, ``<stop/>``; vLLM's ``stop``, Router-R1's
+    ``</search>``) returns: generation ends at the action, so whatever a model would have
+    written after it never exists. Text before the action is kept and parsed strictly.
+    """
+    m = _ACTION.search(text)
+    return text if m is None else text[:m.end()]
 
 
 def _excerpt(s: str, n: int = 80) -> str:
@@ -303,11 +320,16 @@ class LLMOrchestrator:
                 "backend_error", f"{len(results)} results" if len(results) != 1
                 else str(getattr(results[0], "error", ""))[:120])
         else:
-            action = parse_action(results[0].text, [c.client_id for c in candidates], k)
+            reply = through_first_action(results[0].text)
+            action = parse_action(reply, [c.client_id for c in candidates], k)
+            if isinstance(action, Selection) and action.stop and (z is None or z.empty):
+                # STOP keeps z as the answer; with no z yet it would end the query unanswered
+                # (measured: the untrained 1.5B model stopped at round 1 on every probe)
+                action = FormatFailure("stop_without_answer", "<stop/> before any answer z")
             stopped = isinstance(action, Selection) and action.stop
             if self.history and not stopped:
                 self._remember(query.query_id,
-                               [*earlier, user, {"role": "assistant", "content": results[0].text}])
+                               [*earlier, user, {"role": "assistant", "content": reply}])
         if isinstance(action, Selection):
             return action
         self.failures[action.reason] = self.failures.get(action.reason, 0) + 1

@@ -15,6 +15,7 @@ from pfedma_flwr.routing.llm_orchestrator import (
     FormatFailure,
     build_prompt,
     parse_action,
+    through_first_action,
 )
 from pfedma_flwr.routing.orchestrator import (
     CandidateState,
@@ -161,7 +162,9 @@ def test_malformed_reply_falls_back_to_heuristic_and_is_counted():
     first = o.select(Q, None, cands(), round=1)
     assert first.clients == expected.clients and first.reason == "fallback:duplicate_id"
     assert o.select(Q, None, cands(), round=1).reason == "fallback:no_action"
-    assert o.select(Q, None, cands(), round=2).stop
+    z = CollabState(answer="4", canonical="4", support=1.0, round=1, n_agreeing=1,
+                    n_retained=1)
+    assert o.select(Q, z, cands(), round=2).stop
     o.select(Q, None, cands(), round=1)
     s = o.state()
     # 3 of 4 decisions failed: duplicate, garbage, unknown id
@@ -268,3 +271,52 @@ def test_engine_hooks_checkpoint_counters_and_drop_finished_turns():
         fresh.load_state_dict({**saved, "decisions": -1})
     with pytest.raises(ValueError, match="unknown failure reason"):
         fresh.load_state_dict({**saved, "format_failures_by_reason": {"nope": 1}})
+
+
+# --------------------------------------------------------------------------- the reply ends at its action
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("<select>a</select> because a is best", "<select>a</select>"),
+    ("<think>x</think><select>b</select> ask 1 to 2 agents\n<stop/>",
+     "<think>x</think><select>b</select>"),
+    ("<stop/><select>a</select>", "<stop/>"),
+    ("<stop /> done", "<stop />"),
+    # no complete action: the text is left as it is (and fails to parse)
+    ("<select>a,b", "<select>a,b"),
+    ("no idea", "no idea"),
+])
+def test_through_first_action_cuts_like_a_stop_sequence(text, expected):
+    assert through_first_action(text) == expected
+
+
+def test_text_after_the_action_is_dropped_text_before_it_still_fails():
+    o, backend = make(["<think>a</think><select>a</select> and also <stop/>",
+                       "<select>b</select>", "Sure! <select>b</select>"])
+    assert o.select(Q, None, cands(), round=1).clients == ("a",)
+    # the conversation keeps the reply as the stop sequence left it
+    z = CollabState(answer="4", canonical="4", support=1.0, round=1, n_agreeing=1,
+                    n_retained=1)
+    assert o.select(Q, z, cands(), round=2).clients == ("b",)
+    assert backend.prompts[1][2] == {"role": "assistant",
+                                     "content": "<think>a</think><select>a</select>"}
+    assert o.select(Q, None, cands(), round=1).reason == "fallback:extra_text"
+    assert o.state()["format_failures_by_reason"] == {"extra_text": 1}
+
+
+def test_the_system_prompt_shows_one_reply_of_each_action():
+    system = build_prompt(Q, None, cands(), round=1, k_max=2)[0]["content"]
+    examples = system.split("Example replies")[1].split("\n", 1)[1].strip().splitlines()
+    parsed = [parse_action(e, ["agent-7"], 2) for e in examples]
+    assert parsed == [Selection(clients=("agent-7",), reason="llm"),
+                      Selection(stop=True, reason="llm")]
+
+
+def test_stop_before_any_answer_is_a_failure_that_falls_back():
+    o, _ = make(["<stop/>", "<stop/>"])
+    sel = o.select(Q, None, cands(), round=1)
+    assert not sel.stop and sel.clients and sel.reason == "fallback:stop_without_answer"
+    z = CollabState(answer="4", canonical="4", support=1.0, round=1, n_agreeing=1,
+                    n_retained=1)
+    assert o.select(Q, z, cands(), round=2).stop  # once z exists, STOP keeps it
+    assert o.state()["format_failures_by_reason"] == {"stop_without_answer": 1}
