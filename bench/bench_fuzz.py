@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pfedma_flwr.protocol import decode_description, decode_instruction, decode_reply  # noqa: E402
+from pfedma_flwr.protocol.codec import decode_description, decode_instruction, decode_reply  # noqa: E402
 from tests.unit import test_fuzz_seam as fz  # noqa: E402
 
 

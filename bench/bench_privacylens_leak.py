@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from pfedma_flwr.agents.backends import make_backend  # noqa: E402
 from pfedma_flwr.data.split import sample_eval_tasks  # noqa: E402
-from pfedma_flwr.metrics import leaks  # noqa: E402
+from pfedma_flwr.experiments.metrics import leaks  # noqa: E402
 
 BASE = (
     "You act for the user. Write the exact content of the final action that fulfils the "

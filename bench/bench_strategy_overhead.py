@@ -38,7 +38,7 @@ from flwr.app import Message  # noqa: E402
 
 from client_apps.agent_app import app as client_app  # noqa: E402
 from pfedma_flwr.config import load_config  # noqa: E402
-from pfedma_flwr.protocol import QUERY_RESPOND  # noqa: E402
+from pfedma_flwr.protocol.codec import QUERY_RESPOND  # noqa: E402
 from pfedma_flwr.server_app import run_server  # noqa: E402
 from pfedma_flwr.testing import FakeGrid  # noqa: E402
 

@@ -4,10 +4,10 @@ With a ``state-dir`` in the node config (deployment), the agent's private state 
 rule counters, ``X_i``) is also kept in a node-local :class:`~pfedma_flwr.persistence.StateStore`
 so it survives a SuperNode restart and later runs, and every outgoing message is summarized in
 ``<state-dir>/audit-<client>.jsonl`` (``<client>``: the node's ``client-id``, else
-``p<partition-id>``) (:mod:`pfedma_flwr.audit`). Without one, only
+``p<partition-id>``) (:mod:`pfedma_flwr.client.audit`). Without one, only
 ``context.state`` is used and the audit keeps counters there.
 
-Security settings are the node's (:mod:`pfedma_flwr.node_security`): backend, endpoint, key
+Security settings are the node's (:mod:`pfedma_flwr.client.node_security`): backend, endpoint, key
 variable, data dir and minimum rule mode come from the node config, and ``module:attr`` code
 named by the run config is imported only where the node config sets ``allow-plugins=true``.
 """
@@ -24,12 +24,12 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from pfedma_flwr.agents.backends import BackendUnavailableError
-from pfedma_flwr.audit import add_to_counters, append_record, summarize_payload
-from pfedma_flwr.client_agent import AgentState, ClientAgent
-from pfedma_flwr.client_components import build_agent, node_identity, node_policy
+from pfedma_flwr.client.agent import AgentState, ClientAgent
+from pfedma_flwr.client.audit import add_to_counters, append_record, summarize_payload
+from pfedma_flwr.client.components import build_agent, node_identity, node_policy
+from pfedma_flwr.logs import configure_logging
 from pfedma_flwr.persistence import StateStore, validate_key
-from pfedma_flwr.progress import configure_logging
-from pfedma_flwr.protocol import (
+from pfedma_flwr.protocol.codec import (
     JSON_FIELD,
     PAYLOAD_KEY,
     decode_instruction,

@@ -10,7 +10,7 @@ authentication (``--enable-supernode-auth``; each SuperNode has its own EC key p
 The SuperLink listens on loopback only (its one port also serves the unauthenticated Control
 API); SuperNodes reach it through ``deploy/fleet_gateway.py``, which forwards the Fleet API and
 nothing else. Each SuperNode's node config states its own security policy
-(``pfedma_flwr.node_security``). ``insecure=True`` turns TLS and node authentication off and
+(``pfedma_flwr.client.node_security``). ``insecure=True`` turns TLS and node authentication off and
 exists for local debugging only.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr.launch import run_config_text, toml_str
+from pfedma_flwr.experiments.launch import run_config_text, toml_str
 
 # deploy/ is a script folder, not a package: make its sibling importable however we are loaded
 sys.path.insert(0, str(Path(__file__).resolve().parent))

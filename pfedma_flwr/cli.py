@@ -1,6 +1,7 @@
 """The ``pfedma`` command (also ``python -m pfedma_flwr``): ``run``, ``experiment``, ``report``.
 
-``run`` takes every option of :func:`pfedma_flwr.launch.main` plus ``--overwrite``. It refuses
+``run`` takes every option of :func:`pfedma_flwr.experiments.launch.main` plus
+``--overwrite``. It refuses
 an output dir that already holds a run's results unless ``--overwrite`` (those files are removed
 first) or ``--resume`` is given, records ``run_info.json`` (command, timestamps, exit code,
 versions, commit, model) and writes ``report.md`` with its plots when the run ends.
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pfedma_flwr import __version__
-from pfedma_flwr import report as rep
+from pfedma_flwr.server import report as rep
 
 USAGE = """usage: pfedma [--version] {run,experiment,report} ...
 
@@ -34,7 +35,7 @@ def existing_results(out: Path) -> list[str]:
 
 
 def _run(argv: list[str]) -> int:
-    from pfedma_flwr import launch
+    from pfedma_flwr.experiments import launch
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--output-dir", default="outputs/latest")
@@ -102,7 +103,7 @@ def _report(argv: list[str]) -> int:
         help="tracker output (default <run_dir>/tracking; mlflow: a URI or dir)",
     )
     a = p.parse_args(argv)
-    from pfedma_flwr import tracking as trk
+    from pfedma_flwr.experiments import tracking as trk
 
     try:
         tracker = trk.make_tracker(a.tracking, Path(a.tracking_dir or Path(a.run_dir) / "tracking"))

@@ -24,9 +24,9 @@ from pfedma_flwr.config_checks import ATTACK_POOLS as ATTACK_POOLS
 from pfedma_flwr.config_checks import PARTITIONS as PARTITIONS
 from pfedma_flwr.config_checks import REFINE_STYLES as REFINE_STYLES
 from pfedma_flwr.config_checks import config_problems
+from pfedma_flwr.protocol.validation import Limits
 from pfedma_flwr.resources import conf_dir
 from pfedma_flwr.rules.modes import RULE_MODES as RULE_MODES
-from pfedma_flwr.validation import Limits
 
 # the repository's conf/, or the copy a wheel ships inside the package (resources.py)
 CONF_DIR = conf_dir()
@@ -225,7 +225,7 @@ class ProtocolConfig:
     max_payload_chars: int = 16_000_000
 
     def limits(self) -> Limits:
-        """The validation caps for :mod:`pfedma_flwr.protocol`."""
+        """The validation caps for :mod:`pfedma_flwr.protocol.codec`."""
         return Limits(max_text_chars=self.max_text_chars, max_claims=self.max_claims,
                       max_evidence=self.max_evidence, max_items=self.max_items,
                       max_rules=self.max_rules, max_payload_chars=self.max_payload_chars)
@@ -233,7 +233,7 @@ class ProtocolConfig:
 
 @dataclass
 class AdversaryConfig:
-    """Adversarial clients of the robustness evaluation (App. J, ``pfedma_flwr.adversary``)."""
+    """Adversarial clients of the robustness evaluation (App. J, ``pfedma_flwr.agents.hooks``)."""
 
     # rho_adv: per query, round(rho * N) of the N clients are malicious (0 = no adversary)
     ratio: float = 0.0

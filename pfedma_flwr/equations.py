@@ -11,7 +11,7 @@
 | :func:`update_routing_state` | ``C ← (1−η)C + η·g``, ``S ← (1−η)S + η·1[retained]`` | DESIGN §3.8 |
 """
 
-from pfedma_flwr.evaluation.anomaly import anomaly_score
+from pfedma_flwr.anomaly.scores import anomaly_score
 from pfedma_flwr.routing.state import update_routing_state
 from pfedma_flwr.rules.local_repo import local_utility
 from pfedma_flwr.rules.promotion import (

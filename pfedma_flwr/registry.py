@@ -3,7 +3,7 @@
 Config selects a component by its registered name, or names an out-of-tree ``module:attr``.
 Importing ``module:attr`` runs that module's code, so a ClientApp turns it off while it builds
 and runs its agent (:func:`plugin_imports`): a run config must not run code on a node unless the
-node's own config allows plug-ins (``pfedma_flwr.node_security``).
+node's own config allows plug-ins (``pfedma_flwr.client.node_security``).
 """
 
 from __future__ import annotations

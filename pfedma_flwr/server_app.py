@@ -11,11 +11,12 @@ from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from pfedma_flwr import report
 from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config, to_yaml
 from pfedma_flwr.data.split import sample_eval_tasks
-from pfedma_flwr.progress import RoundProgress, configure_logging
-from pfedma_flwr.results import ResultsWriter
+from pfedma_flwr.logs import configure_logging
+from pfedma_flwr.server import report
+from pfedma_flwr.server.progress import RoundProgress
+from pfedma_flwr.server.results import ResultsWriter
 from strategies.registry import build_strategy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

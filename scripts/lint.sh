@@ -10,8 +10,9 @@ PY=${PYTHON:-python3}
 # launch.py and report.py keep their compact hand layout: ruff format would take both past
 # the ~400-line module limit (STYLE.md) without making them clearer.
 FORMATTED=(
-  pfedma_flwr/cli.py pfedma_flwr/progress.py pfedma_flwr/provenance.py
-  pfedma_flwr/report_plots.py pfedma_flwr/resources.py pfedma_flwr/tracking.py
+  pfedma_flwr/cli.py pfedma_flwr/logs.py pfedma_flwr/server/progress.py
+  pfedma_flwr/server/provenance.py pfedma_flwr/server/report_plots.py pfedma_flwr/resources.py
+  pfedma_flwr/experiments/tracking.py
   tests/unit/test_launch.py tests/unit/test_progress.py tests/unit/test_report.py
   tests/unit/test_report_run.py tests/unit/test_one_gpu_preset.py
   tests/unit/test_flwr_run_deps.py tests/e2e/test_llama_server.py
@@ -19,14 +20,16 @@ FORMATTED=(
   tests/strategy/test_private_facts_run.py scripts/train_private_facts.py
 )
 TYPED=(
-  pfedma_flwr/cli.py pfedma_flwr/launch.py pfedma_flwr/progress.py pfedma_flwr/provenance.py
-  pfedma_flwr/report.py pfedma_flwr/report_plots.py pfedma_flwr/resources.py
-  pfedma_flwr/tracking.py
-  pfedma_flwr/protocol.py pfedma_flwr/schema.py pfedma_flwr/validation.py
-  pfedma_flwr/results.py pfedma_flwr/persistence.py pfedma_flwr/equations.py
-  pfedma_flwr/metrics.py pfedma_flwr/agents/program.py pfedma_flwr/config_checks.py
-  pfedma_flwr/agent_state.py pfedma_flwr/query_state.py pfedma_flwr/rules/server_flow.py
-  pfedma_flwr/rules/private_facts.py
+  pfedma_flwr/cli.py pfedma_flwr/logs.py pfedma_flwr/experiments/launch.py
+  pfedma_flwr/server/progress.py pfedma_flwr/server/provenance.py
+  pfedma_flwr/server/report.py pfedma_flwr/server/report_plots.py pfedma_flwr/resources.py
+  pfedma_flwr/experiments/tracking.py
+  pfedma_flwr/protocol/codec.py pfedma_flwr/protocol/schema.py pfedma_flwr/protocol/validation.py
+  pfedma_flwr/server/results.py pfedma_flwr/persistence.py pfedma_flwr/equations.py
+  pfedma_flwr/experiments/metrics.py pfedma_flwr/agents/program.py pfedma_flwr/config_checks.py
+  pfedma_flwr/client/state.py pfedma_flwr/server/query_state.py pfedma_flwr/rules/server_flow.py
+  pfedma_flwr/rules/private_facts.py pfedma_flwr/protocol/wire.py pfedma_flwr/agents/hooks.py
+  pfedma_flwr/experiments/attacks.py pfedma_flwr/agents/backends/configured.py
 )
 
 echo "[lint] ruff check"

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from pfedma_flwr.data.bench_agentic import load_mind2web_sc, load_privacylens  # noqa: E402
 from pfedma_flwr.data.benchmarks import Task, load_gsm8k, load_medqa  # noqa: E402
 from pfedma_flwr.embeddings import get_embedder  # noqa: E402
-from pfedma_flwr.metrics import item_inferable  # noqa: E402
+from pfedma_flwr.experiments.metrics import item_inferable  # noqa: E402
 from pfedma_flwr.rules.private_facts import (  # noqa: E402
     PrivateFactModel,
     fit_logistic,

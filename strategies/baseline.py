@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.baselines.voting import vote_all
 from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.routing.orchestrator import Orchestrator

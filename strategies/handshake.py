@@ -17,15 +17,15 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
-from pfedma_flwr.protocol import (
+from pfedma_flwr.protocol.codec import (
     QUERY_DESCRIBE,
     ClientDescription,
     assign_client_keys,
     decode_description,
     empty_content,
 )
-from pfedma_flwr.schema import Limits, SchemaError
-from pfedma_flwr.validation import excerpt
+from pfedma_flwr.protocol.schema import Limits, SchemaError
+from pfedma_flwr.protocol.validation import excerpt
 
 
 @dataclass
@@ -81,7 +81,7 @@ def handshake(grid: Grid, nodes: list[int], *, identity: str, limits: Limits,
     nodes : list[int]
         Node ids to ask.
     identity : str
-        ``auto``, ``node`` or ``declared`` (:data:`pfedma_flwr.protocol.IDENTITY_MODES`).
+        ``auto``, ``node`` or ``declared`` (:data:`pfedma_flwr.protocol.codec.IDENTITY_MODES`).
     limits : Limits
         Size limits a description must respect.
     timeout : float

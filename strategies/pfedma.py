@@ -2,7 +2,7 @@
 
 One Flower round is one collaboration round of every active query of the batch. The strategy
 only turns engine plans into ``query.respond`` messages and replies back into dataclasses
-(:mod:`pfedma_flwr.protocol`); every PFedMA mechanism lives in the engine's pure modules.
+(:mod:`pfedma_flwr.protocol.codec`); every PFedMA mechanism lives in the engine's pure modules.
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from pfedma_flwr.collaboration import CollaborationEngine
 from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
-from pfedma_flwr.protocol import (
+from pfedma_flwr.protocol.codec import (
     IDENTITY_MODES,
     QUERY_RESPOND,
     ClientDescription,
     decode_reply,
     encode_instruction,
 )
-from pfedma_flwr.schema import DEFAULT_LIMITS, ClientReply, Limits, SchemaError
-from pfedma_flwr.server_components import build_engine
-from pfedma_flwr.validation import excerpt
+from pfedma_flwr.protocol.schema import DEFAULT_LIMITS, ClientReply, Limits, SchemaError
+from pfedma_flwr.protocol.validation import excerpt
+from pfedma_flwr.server.components import build_engine
+from pfedma_flwr.server.engine import CollaborationEngine
 from strategies.handshake import handshake, wait_for_nodes
 
 RoundHook = Callable[[int, dict[str, Any]], None]

@@ -4,7 +4,7 @@ Every built-in runs on the same ClientApp, agents, backends, data and agent pool
 same round budget (``strategy.t_max``, ``strategy.k_max``); only the server's method differs.
 A strategy from outside the repo is a class (or any object) with the classmethod
 ``from_config(cfg, *, tasks, on_query_end, on_round_end)`` returning an object with an
-``engine`` (:class:`~pfedma_flwr.collaboration.CollaborationEngine`, for checkpoints and the
+``engine`` (:class:`~pfedma_flwr.server.engine.CollaborationEngine`, for checkpoints and the
 summary) and ``start(grid, *, start_round) -> result`` whose ``result.summary`` is a dict.
 Subclassing :class:`~strategies.pfedma.PFedMA` and overriding ``engine_parts`` is the short way
 (docs/extending.md).

@@ -1,4 +1,4 @@
-"""Turn raw agent text into a validated :class:`~pfedma_flwr.schema.StructuredResponse`.
+"""Turn raw agent text into a validated :class:`~pfedma_flwr.protocol.schema.StructuredResponse`.
 
 Small models wrap JSON in prose or ```json fences, leave trailing commas, use single quotes,
 give ``claims`` as plain strings, or answer with a bare number. :func:`parse_structured_response`
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pfedma_flwr.schema import DEFAULT_LIMITS, Limits, SchemaError, StructuredResponse
+from pfedma_flwr.protocol.schema import DEFAULT_LIMITS, Limits, SchemaError, StructuredResponse
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")

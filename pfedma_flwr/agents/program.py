@@ -21,7 +21,7 @@ The program runs **on the client**, never on the server, in a child interpreter:
 The static check cannot be made a proof against every escape in CPython, and the program comes
 from the client's own model, prompted with the routed query; the limits bound what a program
 that slips past it can do. An agent whose program fails the check, errors, times out or prints
-no number answers that query in chain of thought instead (:class:`~pfedma_flwr.client_agent.
+no number answers that query in chain of thought instead (:class:`~pfedma_flwr.client.agent.
 ClientAgent`).
 
 The structured response is derived from the program as from a chain of thought: its lines are
@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pfedma_flwr.agents.prompting import build_reasoning_messages
-from pfedma_flwr.wire import REASONING_WAYS
+from pfedma_flwr.protocol.wire import REASONING_WAYS
 
 REASONING_METHODS = REASONING_WAYS
 

@@ -1,7 +1,7 @@
 """Chat prompts for a client agent ``A_i(q̃, D_i, X_i)`` and the JSON schema of its answer.
 
 The structured response follows seed App. D (final answer, claims with evidence, metadata);
-the wire form is :class:`pfedma_flwr.schema.StructuredResponse`. ``claims`` come **before**
+the wire form is :class:`pfedma_flwr.protocol.schema.StructuredResponse`. ``claims`` come **before**
 ``final_answer`` in the schema because llama.cpp generates properties in schema order, and
 reasoning first measurably helps small models (Qwen2.5-Coder-0.5B: 14/20 vs 12/20 correct,
 ``docs/models.md`` §6). ``maxItems``/``maxLength`` bound the output so a small

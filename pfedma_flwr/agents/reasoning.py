@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pfedma_flwr.answers import ANSWER_KINDS, Options, canonical_answer, last_boxed
-from pfedma_flwr.schema import Claim, StructuredResponse
+from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 
 MAX_CLAIMS = 8
 MAX_CLAIM_CHARS = 400

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse
+from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse
 from pfedma_flwr.answers import Options, answers_equal
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.routing.orchestrator import (

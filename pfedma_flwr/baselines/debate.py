@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.baselines.base import (
     BaselineOrchestrator,
     agreement,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.baselines.base import BaselineOrchestrator
 from pfedma_flwr.baselines.hooks import AgentView
 from pfedma_flwr.baselines.scoring import ranked

@@ -2,7 +2,7 @@
 
 An orchestrator only has to ``select`` (:class:`pfedma_flwr.routing.Orchestrator`). The paper's
 baselines also decide what each selected agent sees, learn from finished queries and keep that
-learning across a resume, so :class:`~pfedma_flwr.collaboration.CollaborationEngine` looks for
+learning across a resume, so :class:`~pfedma_flwr.server.engine.CollaborationEngine` looks for
 three optional methods:
 
 ``compose(view: AgentView) -> tuple[str, str]``
@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse
+from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse
 from pfedma_flwr.data.profiles import knowledge_domain
-from pfedma_flwr.query_state import QueryState
-from pfedma_flwr.schema import RoutedQuery
-from pfedma_flwr.wire import ClientDescription
+from pfedma_flwr.protocol.schema import RoutedQuery
+from pfedma_flwr.protocol.wire import ClientDescription
+from pfedma_flwr.server.query_state import QueryState
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.baselines.base import (
     BaselineOrchestrator,
     agreement,

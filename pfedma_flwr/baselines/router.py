@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.baselines.base import BaselineOrchestrator, digest
 from pfedma_flwr.baselines.hooks import AgentView, QueryOutcome
 from pfedma_flwr.baselines.scoring import expertise, ranked

@@ -1,9 +1,9 @@
 """Equal-weight majority votes: the baselines' aggregation (no capability or reliability state).
 
-Both votes are :func:`pfedma_flwr.aggregation.aggregate` with every weight 1, so answers are
-grouped and ties broken exactly as PFedMA's ``z`` (more responses, then the smallest canonical
-answer). They take ``aggregate``'s keywords, so either can be the engine's ``aggregator``; the
-routing state and ablation switches they are given are ignored.
+Both votes are :func:`pfedma_flwr.aggregation.consensus.aggregate` with every weight 1, so
+answers are grouped and ties broken exactly as PFedMA's ``z`` (more responses, then the
+smallest canonical answer). They take ``aggregate``'s keywords, so either can be the engine's
+``aggregator``; the routing state and ablation switches they are given are ignored.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse, aggregate
+from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggregate
 from pfedma_flwr.answers import Options
 
 

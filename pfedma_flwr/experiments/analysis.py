@@ -9,12 +9,13 @@ query id. Rates are fractions in ``[0, 1]``; NaN = not measurable in this run.
   ``cost`` and ``cost_per_solved``: the same in USD at ``routing.prices`` (0 without prices).
 - FFR, ``orchestrator_tokens``: the LLM orchestrator's format-failure rate and its tokens per
   query (``summary.json`` ``orchestrator.state``; NaN for policies without them).
-- LR (PrivacyLens): :func:`pfedma_flwr.metrics.leakage_rate` on the final output of each
+- LR (PrivacyLens): :func:`pfedma_flwr.experiments.metrics.leakage_rate` on the final output of each
   ``privacylens*`` query = ``z``'s answer plus its claims (string-match judge, no LLM).
 - LPA, LPP, LPR, EA, FRA (Mind2Web-SC): ``b̂ = 1`` iff the final answer normalizes to ``deny``
   (anything else counts as allow); ``V̂`` = the six rules some ``z`` claim names (fuzzy token
-  match, :func:`pfedma_flwr.metrics.item_inferable`), empty when allowed; ``c_j`` = correct.
-- ASR, RR, exposure and filter rates (adversary ratio > 0): :mod:`pfedma_flwr.adversary`.
+  match, :func:`pfedma_flwr.experiments.metrics.item_inferable`), empty when allowed;
+  ``c_j`` = correct.
+- ASR, RR, exposure and filter rates (adversary ratio > 0): :mod:`pfedma_flwr.experiments.attacks`.
   ``ASR_raw`` counts every query of the run as attacked (``N_atk`` = all instances, since each
   has ``N_adv`` malicious clients); ``exposure`` is the share of queries that selected a
   malicious client at least once; ``det`` / ``fpr`` are the shares of malicious / benign
@@ -35,12 +36,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pfedma_flwr import adversary as adv
+from pfedma_flwr.agents import hooks as adv
 from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.data.bench_agentic import DECISION_DENY, MIND2WEB_SC_RULES
 from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.data.profiles import profile_for_client
-from pfedma_flwr.metrics import (
+from pfedma_flwr.experiments import attacks as atk
+from pfedma_flwr.experiments.metrics import (
     asr,
     guard_metrics,
     item_inferable,
@@ -77,7 +79,7 @@ class RunData:
         known = self.summary.get("clients", {}).get(client_key)
         if isinstance(known, dict) and known.get("profile_name"):
             return str(known["profile_name"])
-        pid = adv.partition_of(client_key)
+        pid = atk.partition_of(client_key)
         if pid is None:
             return client_key
         return profile_for_client(pid, self.cfg.agent.profiles or None).name
@@ -105,7 +107,7 @@ def _tasks(run: RunData, benchmark: str) -> dict[str, Task]:
 
 
 def _output(rec: Mapping[str, Any]) -> str:
-    return "\n".join(adv.output_texts(rec))
+    return "\n".join(atk.output_texts(rec))
 
 
 def leakage(run: RunData) -> float:
@@ -237,11 +239,11 @@ def robustness(run: RunData) -> dict[str, float]:
         pool = adv.attack_pool(a.attacks, run.cfg.data.data_dir)
         attacks = {str(r["query_id"]): adv.choose_attack(str(r["query_id"]), pool, a.seed)
                    for r in run.queries}
-        succ = [adv.injection_succeeded(adv.output_texts(r), attacks[str(r["query_id"])])
+        succ = [atk.injection_succeeded(atk.output_texts(r), attacks[str(r["query_id"])])
                 for r in run.queries]
         out["ASR"] = asr(succ)
         aggr = [r for r in run.queries if attacks[str(r["query_id"])].aggressive]
-        out["RR"] = refusal_rate([adv.is_refusal(_output(r)) for r in aggr]) if aggr \
+        out["RR"] = refusal_rate([atk.is_refusal(_output(r)) for r in aggr]) if aggr \
             else math.nan
     mal, ben = [0, 0], [0, 0]  # [filtered, total]
     for rnd in run.rounds:
@@ -326,7 +328,7 @@ def add_clean_twin_metrics(rows: Sequence[dict[str, Any]], runs: Mapping[str, Ru
         run = runs[r["variant"]]
         if run.cfg.adversary.ratio > 0 and run.cfg.adversary.kind == "unreliable":
             right = {q["query_id"]: bool(q["correct"]) for q in runs[twin["variant"]].queries}
-            r["metrics"]["ASR"] = asr([adv.unreliable_attack_succeeded(
+            r["metrics"]["ASR"] = asr([atk.unreliable_attack_succeeded(
                 right.get(q["query_id"], False), bool(q["correct"])) for q in run.queries])
         if run.cfg.adversary.ratio > 0:
             r["metrics"]["NRP"] = nrp(r["metrics"]["PNA"], r["metrics"].get("ASR", math.nan))

@@ -19,7 +19,7 @@ from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics, lo
 from pfedma_flwr.experiments.plots import make_plots
 from pfedma_flwr.experiments.presets import ExperimentPreset, load_preset, overrides_text
 from pfedma_flwr.experiments.tables import write_tables
-from pfedma_flwr.results import write_json_atomic
+from pfedma_flwr.server.results import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def flwr_executor(port: int = 39291, timeout: float = 3600.0) -> Executor:
     """An executor running each variant as a real ``flwr run`` simulation (``launch.run``)."""
 
     def execute(v: VariantRun) -> None:
-        from pfedma_flwr.launch import run  # Flower CLI machinery only when used
+        from pfedma_flwr.experiments.launch import run  # Flower CLI machinery only when used
 
         rc = run(config=v.config, num_clients=v.num_clients, output_dir=v.output_dir,
                  overrides=v.overrides, port=port, timeout=timeout)

@@ -33,7 +33,7 @@ from pfedma_flwr.routing.orchestrator import (
 )
 
 if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import would be circular
-    from pfedma_flwr.aggregation import CollabState
+    from pfedma_flwr.aggregation.consensus import CollabState
 
 logger = logging.getLogger(__name__)
 

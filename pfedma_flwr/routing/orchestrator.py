@@ -23,7 +23,7 @@ from pfedma_flwr.registry import Registry
 from pfedma_flwr.routing.state import RoutingState
 
 if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import here would be circular
-    from pfedma_flwr.aggregation import CollabState
+    from pfedma_flwr.aggregation.consensus import CollabState
 
 logger = logging.getLogger(__name__)
 

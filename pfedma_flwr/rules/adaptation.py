@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.local_entries import Entry
 from pfedma_flwr.rules.modes import AdaptDecision, local_utility
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.relevance import MAX_ITEMS, detector_relevance, fire_matrix
 from pfedma_flwr.rules.safety import MatchBudget
-from pfedma_flwr.schema import GlobalRule
 
 
 def decide_flags(

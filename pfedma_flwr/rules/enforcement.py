@@ -15,12 +15,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 from pfedma_flwr.rules.model import PrivacyRule, literal_regex
 from pfedma_flwr.rules.pii import DEFAULT_ENTITIES, PiiRecognizer
 from pfedma_flwr.rules.query_rules import QUERY_ENTITIES, apply_query_rules
 from pfedma_flwr.rules.safety import MatchBudget
 from pfedma_flwr.rules.spans import pii_per_field, placeholder, redact, run_rules
-from pfedma_flwr.schema import Claim, StructuredResponse
 
 logger = logging.getLogger(__name__)
 

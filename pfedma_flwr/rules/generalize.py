@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pfedma_flwr.protocol.schema import RuleCandidate
 from pfedma_flwr.rules.enforcement import Uncovered
 from pfedma_flwr.rules.model import (
     DEFAULT_CATEGORY,
@@ -30,7 +31,6 @@ from pfedma_flwr.rules.model import (
     PrivacyRule,
     normalize_category,
 )
-from pfedma_flwr.schema import RuleCandidate
 
 #: Longest run of literal alphanumerics a shared pattern may contain (``Mr``, ``Mrs`` pass;
 #: ``Acme``, ``Ward7`` do not).

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.protocol.schema import GlobalRule, RuleFeedback
 from pfedma_flwr.rules.global_update import (
     FeedbackReport,
     UpdateReport,
@@ -39,7 +40,6 @@ from pfedma_flwr.rules.promotion import (
     update_h_score,
 )
 from pfedma_flwr.rules.resolve import ResolveResult, resolve
-from pfedma_flwr.schema import GlobalRule, RuleFeedback
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Parts of one ``RuleUpdate`` besides promotion: round-log reports, equivalence, ``P_in`` twins.
 
 Used by :class:`~pfedma_flwr.rules.global_repo.GlobalRuleRepository` (which re-exports the
-reports). Pure functions over :class:`~pfedma_flwr.schema.GlobalRule` lists.
+reports). Pure functions over :class:`~pfedma_flwr.protocol.schema.GlobalRule` lists.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.model import check_detectors
 from pfedma_flwr.rules.policy import query_twins
 from pfedma_flwr.rules.promotion import SimilarityStats
-from pfedma_flwr.schema import GlobalRule
 
 logger = logging.getLogger(__name__)
 

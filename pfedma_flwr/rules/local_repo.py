@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
 from pfedma_flwr.rules.adaptation import decide_flags
 from pfedma_flwr.rules.enforcement import (
     UNCOVERED_ENTITIES,
@@ -34,7 +35,6 @@ from pfedma_flwr.rules.model import PrivacyRule, from_global
 from pfedma_flwr.rules.modes import AdaptDecision, AdaptReport, RuleMode, local_utility, relevance
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.safety import MatchBudget
-from pfedma_flwr.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
 
 logger = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import regex
 
+from pfedma_flwr.protocol.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
 from pfedma_flwr.rules.safety import (
     MATCH_TIMEOUT_S,
     MAX_PATTERN_CHARS,
@@ -29,7 +30,6 @@ from pfedma_flwr.rules.safety import (
     UnsafePatternError,
     check_pattern,
 )
-from pfedma_flwr.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
 
 if TYPE_CHECKING:
     from pfedma_flwr.rules.pii import PiiRecognizer, PiiSpan

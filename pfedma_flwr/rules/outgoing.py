@@ -2,10 +2,11 @@
 
 Rules protect by detection, and detection can be switched off (a global rule displacing a local
 one, a quarantined pattern, a spent matching budget). This check does not depend on any rule
-being active: it scans every string of the outgoing :class:`~pfedma_flwr.schema.ClientReply`
-(responses, error codes, candidates, feedback ids) for the client's secrets, and withholds what
-holds one. It is the invariant behind "protection only grows": whatever the rule state, a
-secret of ``D_i`` never leaves the client.
+being active: it scans every string of the outgoing
+:class:`~pfedma_flwr.protocol.schema.ClientReply` (responses, error codes, candidates,
+feedback ids) for the client's secrets, and withholds what holds one. It is the invariant
+behind "protection only grows": whatever the rule state, a secret of ``D_i`` never leaves
+the client.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pfedma_flwr.protocol.schema import ClientReply, ProcessedResponse
 from pfedma_flwr.rules.model import literal_regex
-from pfedma_flwr.schema import ClientReply, ProcessedResponse
 
 logger = logging.getLogger(__name__)
 

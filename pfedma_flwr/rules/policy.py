@@ -16,10 +16,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Sequence
 
+from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.generalize import canonical_text, category_for
 from pfedma_flwr.rules.model import DEFAULT_CATEGORY, PrivacyRule
 from pfedma_flwr.rules.query_rules import QUERY_ENTITIES
-from pfedma_flwr.schema import GlobalRule
 
 #: Entity types a client of each knowledge domain protects in its responses from the start.
 DOMAIN_ENTITIES: dict[str, tuple[str, ...]] = {

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.protocol.schema import RuleCandidate
 from pfedma_flwr.rules.model import check_detectors
-from pfedma_flwr.schema import RuleCandidate
 
 #: Absorbs float32 rounding, so a pair whose cosine is exactly the threshold counts as similar.
 SIM_EPS = 1e-6

@@ -26,12 +26,12 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
+from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.model import PrivacyRule, Span, from_global
 from pfedma_flwr.rules.pii import PiiRecognizer, PiiSpan
 from pfedma_flwr.rules.pii_filters import plausible_person
 from pfedma_flwr.rules.safety import MatchBudget
 from pfedma_flwr.rules.spans import redact, run_rules
-from pfedma_flwr.schema import GlobalRule
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
+from pfedma_flwr.protocol.schema import ClientReply
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.modes import RuleMode
 from pfedma_flwr.rules.promotion import build_candidate_pool
-from pfedma_flwr.schema import ClientReply
 
 # Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G):
 # promotion where clients upload, redistribution where they adopt (one definition: RuleMode).

@@ -25,10 +25,10 @@ from typing import Any
 from uuid import uuid4
 
 from pfedma_flwr.agents.backends.base import Messages
+from pfedma_flwr.anomaly.judges import EmbeddingJudge
 from pfedma_flwr.embeddings import Embedder, get_embedder
-from pfedma_flwr.evaluation.judges import EmbeddingJudge
-from pfedma_flwr.query_state import EngineSettings
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator
+from pfedma_flwr.server.query_state import EngineSettings
 from pfedma_flwr.training.data import AGENT_NAME
 from pfedma_flwr.training.episode import (
     PolicyBackend,

@@ -4,7 +4,7 @@ The policy is the same :class:`~pfedma_flwr.routing.llm_orchestrator.LLMOrchestr
 serves the trained checkpoint, over a backend that calls back into the trainer; the clients'
 answers come from a :class:`ReplayCache` recorded once, so training needs no live federation.
 Everything between (anomaly filter, routing-state update, aggregation into ``z``, stopping)
-is :class:`~pfedma_flwr.collaboration.CollaborationEngine` itself: the Flower strategy and
+is :class:`~pfedma_flwr.server.engine.CollaborationEngine` itself: the Flower strategy and
 this loop cannot drift. Rules do not co-evolve here (replayed replies carry no rule traffic).
 """
 
@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
+from pfedma_flwr.anomaly.judges import EmbeddingJudge, Judge
 from pfedma_flwr.answers import is_correct
-from pfedma_flwr.collaboration import CollaborationEngine
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.embeddings import Embedder
-from pfedma_flwr.evaluation.judges import EmbeddingJudge, Judge
-from pfedma_flwr.protocol import ClientDescription
-from pfedma_flwr.query_state import EngineSettings
+from pfedma_flwr.protocol.codec import ClientDescription
+from pfedma_flwr.protocol.schema import ClientReply, ProcessedResponse, SchemaError
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator
 from pfedma_flwr.routing.state import RoutingTable
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
-from pfedma_flwr.schema import ClientReply, ProcessedResponse, SchemaError
+from pfedma_flwr.server.engine import CollaborationEngine
+from pfedma_flwr.server.query_state import EngineSettings
 
 Policy = Callable[[Messages], str]
 

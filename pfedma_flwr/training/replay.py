@@ -1,7 +1,7 @@
 """Record a replay cache: the configured client agents answer the training queries once.
 
 Each of ``num_clients`` agents is built exactly as a Flower node builds it
-(:func:`pfedma_flwr.client_components.build_agent`, same profiles, backends and local rules)
+(:func:`pfedma_flwr.client.components.build_agent`, same profiles, backends and local rules)
 and answers every task as a round-1 query in batches; the answers, as processed for upload,
 become ``answer`` lines and each agent's public description a ``client`` line
 (:meth:`pfedma_flwr.training.episode.ReplayCache.from_jsonl` reads the file). Few-shot
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr.client_components import build_agent
+from pfedma_flwr.client.components import build_agent
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import knowledge_domain
-from pfedma_flwr.schema import RespondInstruction, RoutedQuery
+from pfedma_flwr.protocol.schema import RespondInstruction, RoutedQuery
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pfedma_flwr.launch import run
+from pfedma_flwr.experiments.launch import run
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from pfedma_flwr.agents.backends.embedded import embedded_model_path
-from pfedma_flwr.launch import run
+from pfedma_flwr.experiments.launch import run
 
 pytestmark = pytest.mark.slow
 

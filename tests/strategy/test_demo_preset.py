@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr import client_components
+from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.server_app import run_server
 from pfedma_flwr.testing import FakeGrid

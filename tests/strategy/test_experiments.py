@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr import client_components
 from pfedma_flwr.agents.backends import make_backend
+from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.experiments import VariantRun, load_preset, preset_names, run_experiment
 from pfedma_flwr.experiments.tables import RAW_METRICS, columns
@@ -181,7 +181,7 @@ def test_only_selects_variants_by_axis_level_and_names_bad_input(tmp_path: Path)
 
 
 def test_det_and_fpr_count_only_responses_the_filter_scored(tmp_path: Path):
-    from pfedma_flwr import adversary as adv
+    from pfedma_flwr.agents import hooks as adv
     from pfedma_flwr.experiments.analysis import RunData, robustness
 
     cfg = load_config({"config-name": "tiny", "overrides": "adversary.kind=unreliable "

@@ -21,11 +21,11 @@ import pytest
 from flwr.app import Message
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr import client_components
 from pfedma_flwr.agents.backends import Backend, MockBackend
 from pfedma_flwr.agents.backends.openai_backend import OpenAIBackend
+from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
-from pfedma_flwr.protocol import QUERY_DESCRIBE, empty_content
+from pfedma_flwr.protocol.codec import QUERY_DESCRIBE, empty_content
 from pfedma_flwr.server_app import run_server
 from pfedma_flwr.testing import FakeGrid
 from tests.strategy.conftest import answer_json, read_jsonl

@@ -19,7 +19,7 @@ from flwr.app import ConfigRecord, Error, Message, RecordDict
 from flwr.proto.node_pb2 import NodeInfo
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr.protocol import (
+from pfedma_flwr.protocol.codec import (
     PAYLOAD_KEY,
     QUERY_RESPOND,
     ClientDescription,
@@ -274,8 +274,8 @@ def test_engine_error_on_one_clients_content_is_that_clients_failure(
     """A reply that parses but makes the engine raise (here: a planted fault in the anomaly
     evaluation, or in the candidate pool after queries already finished) costs only its
     sender: recorded as ``engine_error``, the round absorbed without it, nothing duplicated."""
-    from pfedma_flwr import collaboration
     from pfedma_flwr.rules import server_flow
+    from pfedma_flwr.server import engine as collaboration
 
     poison = "POISON"
     if stage == "evaluation":
@@ -319,7 +319,7 @@ def test_engine_error_needing_two_replies_costs_one_of_them(federation, tmp_path
                                                             monkeypatch):
     """A fault only two replies provoke together: the first whose removal lets the round
     through (in key order) is recorded; the other is absorbed."""
-    from pfedma_flwr import collaboration
+    from pfedma_flwr.server import engine as collaboration
 
     real = collaboration.evaluate_batch
 
@@ -345,7 +345,7 @@ def test_engine_error_needing_two_replies_costs_one_of_them(federation, tmp_path
 
 def test_engine_error_without_a_culprit_propagates(federation, monkeypatch):
     """A fault no single reply provokes is a bug: it is raised, not hidden as failures."""
-    from pfedma_flwr import collaboration
+    from pfedma_flwr.server import engine as collaboration
 
     def broken(groups, **kw):
         raise RuntimeError("engine bug")
@@ -391,10 +391,10 @@ class KeyedGrid(FakeGrid):
 
 
 def test_identity_bound_to_the_node_key_not_the_claim(tmp_path: Path, monkeypatch):
-    from pfedma_flwr import client_components
     from pfedma_flwr.agents.backends import MockBackend
+    from pfedma_flwr.client import components as client_components
     from pfedma_flwr.config import load_config
-    from pfedma_flwr.protocol import node_client_key
+    from pfedma_flwr.protocol.codec import node_client_key
     from pfedma_flwr.server_app import run_server
 
     monkeypatch.setattr(client_components, "make_configured_backend",

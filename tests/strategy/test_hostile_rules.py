@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pfedma_flwr.protocol import PAYLOAD_KEY, QUERY_RESPOND
+from pfedma_flwr.protocol.codec import PAYLOAD_KEY, QUERY_RESPOND
 from tests.strategy.conftest import answer_json, read_jsonl
 from tests.strategy.test_hostile_replies import _j, _reply, _resp, hostile
 from tests.strategy.test_resume import _run

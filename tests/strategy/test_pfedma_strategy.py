@@ -7,7 +7,7 @@ from pathlib import Path
 
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from pfedma_flwr.protocol import PAYLOAD_KEY, QUERY_RESPOND, decode_instruction
+from pfedma_flwr.protocol.codec import PAYLOAD_KEY, QUERY_RESPOND, decode_instruction
 from tests.strategy.conftest import answer_json, read_jsonl
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr import client_components
 from pfedma_flwr.agents.backends import make_backend
+from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.experiments import VariantRun, run_experiment
 from pfedma_flwr.server_app import run_server

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr import client_components
 from pfedma_flwr.agents.backends import MockBackend
+from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config
-from pfedma_flwr.protocol import QUERY_RESPOND, decode_instruction
+from pfedma_flwr.protocol.codec import QUERY_RESPOND, decode_instruction
 from pfedma_flwr.routing.orchestrator import CandidateState, OrchestratorQuery, Selection
 from pfedma_flwr.server_app import run_server
 from pfedma_flwr.testing import FakeGrid

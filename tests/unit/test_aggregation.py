@@ -2,9 +2,9 @@
 
 import pytest
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse, aggregate, response_weight
+from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggregate, response_weight
+from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 from pfedma_flwr.routing.state import RoutingState
-from pfedma_flwr.schema import Claim, StructuredResponse
 
 
 def rr(cid, answer, *, rnd=1, retained=True, claims=()):

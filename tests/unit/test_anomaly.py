@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from pfedma_flwr.evaluation.anomaly import (
+from pfedma_flwr.anomaly.scores import (
     Ablation,
     ablated_anomaly_score,
     anomaly_score,
@@ -16,7 +16,7 @@ from pfedma_flwr.evaluation.anomaly import (
     evidence_anomaly,
     similarity_to,
 )
-from pfedma_flwr.schema import Claim, StructuredResponse
+from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 
 
 class MatrixEmbedder:

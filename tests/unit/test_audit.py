@@ -19,7 +19,8 @@ import pytest
 from flwr.app import Message, RecordDict
 
 import client_apps.agent_app as agent_app
-from pfedma_flwr.audit import (
+from pfedma_flwr.client.agent import AgentState
+from pfedma_flwr.client.audit import (
     add_to_counters,
     append_record,
     main,
@@ -29,9 +30,8 @@ from pfedma_flwr.audit import (
     summarize_payload,
     summarize_records,
 )
-from pfedma_flwr.client_agent import AgentState
 from pfedma_flwr.data.benchmarks import Task
-from pfedma_flwr.protocol import JSON_FIELD, PAYLOAD_KEY, QUERY_RESPOND
+from pfedma_flwr.protocol.codec import JSON_FIELD, PAYLOAD_KEY, QUERY_RESPOND
 from pfedma_flwr.rules.model import PrivacyRule
 from tests.strategy.conftest import answer_json, federation  # noqa: F401  (fixture)
 

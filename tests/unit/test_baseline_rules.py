@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse
+from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse
 from pfedma_flwr.baselines import debate, epe, fedicl, kabb, moa, router, scoring, single, voting
 from pfedma_flwr.baselines.base import agreement, digest, same_team
 from pfedma_flwr.baselines.hooks import AgentView, QueryOutcome
+from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 from pfedma_flwr.routing.orchestrator import CandidateState, OrchestratorQuery
 from pfedma_flwr.routing.state import RoutingState
 from pfedma_flwr.rules.pii import PiiSpan, RegexPiiRecognizer
-from pfedma_flwr.schema import Claim, StructuredResponse
 
 
 def rr(client: str, rnd: int, answer: str | None, retained: bool = True,

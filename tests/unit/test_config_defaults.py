@@ -13,7 +13,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from pfedma_flwr.config import CONF_DIR, PFedMAConfig, load_config
-from pfedma_flwr.query_state import EngineSettings
+from pfedma_flwr.server.query_state import EngineSettings
 
 
 def _yaml() -> dict[str, Any]:

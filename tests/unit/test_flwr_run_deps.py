@@ -11,7 +11,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from pfedma_flwr import launch
+from pfedma_flwr.experiments import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 VAR = "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"

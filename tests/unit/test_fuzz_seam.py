@@ -19,14 +19,14 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pfedma_flwr.protocol import (
+from pfedma_flwr.protocol.codec import (
     PAYLOAD_KEY,
     ClientDescription,
     decode_description,
     decode_instruction,
     decode_reply,
 )
-from pfedma_flwr.schema import (
+from pfedma_flwr.protocol.schema import (
     Claim,
     ClientReply,
     GlobalRule,
@@ -38,7 +38,7 @@ from pfedma_flwr.schema import (
     SchemaError,
     StructuredResponse,
 )
-from pfedma_flwr.validation import CODES
+from pfedma_flwr.protocol.validation import CODES
 
 settings.register_profile("ci", max_examples=200, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -228,7 +228,7 @@ class StrategyHarness:
         from client_apps.agent_app import app as client_app
         from pfedma_flwr.config import load_config
         from pfedma_flwr.data.split import sample_eval_tasks
-        from pfedma_flwr.server_components import build_engine
+        from pfedma_flwr.server.components import build_engine
         from pfedma_flwr.testing import FakeGrid
         from strategies.pfedma import PFedMA
 

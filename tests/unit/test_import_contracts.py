@@ -19,29 +19,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("pfedma_flwr", "strategies", "client_apps")
 
+# The layers (README "Layout", docs/extending.md "Where code goes").
+SERVER = ("pfedma_flwr.server",)
+CLIENT = ("pfedma_flwr.client",)
+# Shared mechanisms and foundations: used by both sides, so they import neither side, no shell
+# and not the harness.
+SHARED = (
+    "pfedma_flwr.protocol", "pfedma_flwr.routing", "pfedma_flwr.anomaly",
+    "pfedma_flwr.aggregation", "pfedma_flwr.rules", "pfedma_flwr.agents", "pfedma_flwr.data",
+    "pfedma_flwr.answers", "pfedma_flwr.config", "pfedma_flwr.config_checks",
+    "pfedma_flwr.embeddings", "pfedma_flwr.equations", "pfedma_flwr.logs",
+    "pfedma_flwr.persistence", "pfedma_flwr.registry",
+    "pfedma_flwr.resources",
+)
+SHELLS = ("pfedma_flwr.server_app", "strategies", "client_apps")
+# The top level of pfedma_flwr/: a new flat module needs a decision about its layer here.
+TOP_LEVEL = {
+    "__init__", "__main__", "_app", "agents", "aggregation", "anomaly", "answers", "baselines",
+    "cli", "client", "config", "config_checks", "data", "embeddings", "equations",
+    "experiments", "logs", "persistence", "protocol", "registry", "resources",
+    "routing", "rules", "server", "server_app", "testing", "training",
+}
 # Server side: the engine and everything the ServerApp builds it from.
 SERVER_ROOTS = (
-    "pfedma_flwr.collaboration",
-    "pfedma_flwr.server_components",
+    "pfedma_flwr.server.engine",
+    "pfedma_flwr.server.components",
     "pfedma_flwr.server_app",
-    "pfedma_flwr.query_state",
-    "pfedma_flwr.results",
-    "pfedma_flwr.progress",
+    "pfedma_flwr.server.query_state",
+    "pfedma_flwr.server.results",
+    "pfedma_flwr.server.progress",
 )
 # The client's private rule store and the agent holding it: never loaded by the server.
 CLIENT_PRIVATE = (
     "pfedma_flwr.rules.local_repo",
     "pfedma_flwr.rules.local_entries",
-    "pfedma_flwr.client_agent",
-    "pfedma_flwr.agent_state",
-    "pfedma_flwr.client_components",
+    "pfedma_flwr.client",
     "client_apps",
 )
 # Modules that may import Flower (flwr, flwr_datasets): the codec, the ServerApp, the
 # in-process test grid, the flwr-datasets partitioners, the Strategy and ClientApp shells,
 # and the harness.
 FLOWER_ALLOWED = (
-    "pfedma_flwr.protocol",
+    "pfedma_flwr.protocol.codec",
     "pfedma_flwr.server_app",
     "pfedma_flwr.testing",
     "pfedma_flwr.data.partition",
@@ -49,17 +68,12 @@ FLOWER_ALLOWED = (
     "strategies",
     "client_apps",
 )
-# Single Flower imports allowed elsewhere: progress.configure_logging sets the level of Flower's
+# Single Flower imports allowed elsewhere: logs.configure_logging sets the level of Flower's
 # own console handler (a function-local import, run only in processes Flower started).
-FLOWER_ALLOWED_IMPORTS = {("pfedma_flwr.progress", "flwr.common.logger"),
-                          ("pfedma_flwr.progress", "flwr.common.logger.update_console_handler")}
+FLOWER_ALLOWED_IMPORTS = {("pfedma_flwr.logs", "flwr.common.logger"),
+                          ("pfedma_flwr.logs", "flwr.common.logger.update_console_handler")}
 # Modules that may import the experiment harness: itself and the ``pfedma`` command.
 HARNESS_ALLOWED = ("pfedma_flwr.experiments", "pfedma_flwr.cli")
-# Known breach, kept visible: the registry's ``simulated`` backend lazily imports the harness's
-# scripted agents (experiments/mock_agents.py); issue 14 moves them next to the other backends.
-# The test below fails when this entry goes stale, so it cannot outlive the fix.
-KNOWN_HARNESS_IMPORTS = {("pfedma_flwr.agents.backends", "pfedma_flwr.experiments"),
-                         ("pfedma_flwr.agents.backends", "pfedma_flwr.experiments.mock_agents")}
 
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -149,12 +163,12 @@ def test_scanner_sees_function_local_relative_and_importlib_imports(tmp_path):
         "from ..other import thing\n"
         "def f():\n"
         "    from flwr.app import Message\n"
-        "    return importlib.import_module('pfedma_flwr.experiments.mock_agents')\n",
+        "    return importlib.import_module('pfedma_flwr.agents.backends.simulated')\n",
         encoding="utf-8",
     )
     got = _raw_imports("pkg.sub.mod", src)
     assert {"os.path", "pkg.sub", "pkg.sub.sibling", "pkg.other", "pkg.other.thing",
-            "flwr.app", "flwr.app.Message", "pfedma_flwr.experiments.mock_agents"} <= got
+            "flwr.app", "flwr.app.Message", "pfedma_flwr.agents.backends.simulated"} <= got
 
 
 def test_graph_follows_parent_packages():
@@ -162,22 +176,23 @@ def test_graph_follows_parent_packages():
     # importing rules.global_repo runs rules/__init__ first
     assert "pfedma_flwr.rules" in g["pfedma_flwr.rules.global_repo"]
     # "from pfedma_flwr.x import Name" depends on the module x, not on a module "x.Name"
-    assert "pfedma_flwr.wire" in g["pfedma_flwr.protocol"]
-    assert "pfedma_flwr.rules.global_repo" in _closure(g, "pfedma_flwr.collaboration")
+    assert "pfedma_flwr.protocol.wire" in g["pfedma_flwr.protocol.codec"]
+    assert "pfedma_flwr.rules.global_repo" in _closure(g, "pfedma_flwr.server.engine")
 
 
 # ------------------------------------------------------------------ Flower
 
 
 def test_engine_and_client_agent_import_without_flower():
-    loaded = _loaded_after_import("pfedma_flwr.collaboration", "pfedma_flwr.client_agent",
-                                  "pfedma_flwr.wire")
-    assert "pfedma_flwr.collaboration" in loaded and "pfedma_flwr.client_agent" in loaded
+    loaded = _loaded_after_import("pfedma_flwr.server.engine", "pfedma_flwr.client.agent",
+                                  "pfedma_flwr.protocol.wire")
+    assert "pfedma_flwr.server.engine" in loaded and "pfedma_flwr.client.agent" in loaded
     assert not {m for m in loaded if m == "flwr" or m.startswith("flwr.")}
 
 
 def test_protocol_reexports_the_wire_types():
-    from pfedma_flwr import protocol, wire
+    from pfedma_flwr.protocol import codec as protocol
+    from pfedma_flwr.protocol import wire
 
     for name in ("ClientDescription", "IDENTITY_MODES", "assign_client_keys", "node_client_key"):
         assert getattr(protocol, name) is getattr(wire, name)
@@ -201,18 +216,52 @@ def test_nothing_outside_the_harness_imports_it():
     g = _graph()
     found = {(name, dep) for name, deps in g.items() if not _under(name, HARNESS_ALLOWED)
              for dep in deps if _under(dep, ("pfedma_flwr.experiments",))}
-    assert found == KNOWN_HARNESS_IMPORTS
+    assert found == set()
 
 
-def test_launch_and_the_harness_do_not_import_each_other():
-    # the harness runs variants through launch.run, so launch must not import it back (the
-    # known breach's edge left out: the test above keeps that one visible)
+def test_the_launcher_is_the_harness_bottom_layer():
+    # the runner starts variants through launch.run; launch never reaches presets, runner,
+    # analysis or plots (it was the other way round before the layout: launch.py and
+    # experiments/ imported each other through function-local imports)
     g = _graph()
-    assert "pfedma_flwr.launch" in _closure(g, "pfedma_flwr.experiments.runner")
-    for mod, dep in KNOWN_HARNESS_IMPORTS:
-        g[mod] = g[mod] - {dep}
-    reached = _closure(g, "pfedma_flwr.launch")
-    assert not any(_under(m, ("pfedma_flwr.experiments",)) for m in reached)
+    assert "pfedma_flwr.experiments.launch" in _closure(g, "pfedma_flwr.experiments.runner")
+    # the package __init__ is what `import pfedma_flwr.experiments.launch` runs first; its
+    # own edges are the package's public names, not the launcher's
+    g["pfedma_flwr.experiments.launch"] -= {"pfedma_flwr.experiments"}
+    g["pfedma_flwr.experiments.tracking"] -= {"pfedma_flwr.experiments"}
+    reached = _closure(g, "pfedma_flwr.experiments.launch")
+    assert sorted(m for m in reached if _under(m, ("pfedma_flwr.experiments",))) == [
+        "pfedma_flwr.experiments.launch", "pfedma_flwr.experiments.tracking"]
+
+
+# ------------------------------------------------------------------ the layers
+
+
+def test_top_level_holds_only_the_layers_and_foundations():
+    top = {p.stem if p.is_file() else p.name for p in (ROOT / "pfedma_flwr").iterdir()
+           if (p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__"))}
+    assert top == TOP_LEVEL
+
+
+def test_server_and_client_never_import_each_other():
+    g = _graph()
+    server = {m: sorted(d for d in _closure(g, m) if _under(d, CLIENT))
+              for m in g if _under(m, SERVER)}
+    client = {m: sorted(d for d in _closure(g, m) if _under(d, SERVER))
+              for m in g if _under(m, CLIENT)}
+    assert len(server) >= 6 and len(client) >= 5
+    assert server == {m: [] for m in server}
+    assert client == {m: [] for m in client}
+
+
+def test_shared_mechanisms_import_neither_side_nor_shells_nor_harness():
+    g = _graph()
+    banned = SERVER + CLIENT + SHELLS + ("pfedma_flwr.experiments", "pfedma_flwr.cli",
+                                         "pfedma_flwr.baselines", "pfedma_flwr.training")
+    shared = [m for m in g if _under(m, SHARED)]
+    reached = {m: sorted(d for d in _closure(g, m) if _under(d, banned)) for m in shared}
+    assert len(shared) > 60
+    assert reached == {m: [] for m in shared}
 
 
 # ------------------------------------------------------------------ the privacy boundary
@@ -229,5 +278,5 @@ def test_server_modules_never_reach_the_client_rule_store_statically():
 
 def test_server_modules_never_load_the_client_rule_store():
     loaded = _loaded_after_import(*SERVER_ROOTS, "strategies.pfedma")
-    assert "pfedma_flwr.collaboration" in loaded
+    assert "pfedma_flwr.server.engine" in loaded
     assert sorted(m for m in loaded if _under(m, CLIENT_PRIVATE)) == []

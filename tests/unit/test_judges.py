@@ -5,8 +5,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from pfedma_flwr.evaluation.intent_categories import DEFAULT_INTENT_CATEGORIES, split_sentences
-from pfedma_flwr.evaluation.judges import JUDGES, EmbeddingJudge, Judge, LLMJudge, parse_score
+from pfedma_flwr.anomaly.intent_categories import DEFAULT_INTENT_CATEGORIES, split_sentences
+from pfedma_flwr.anomaly.judges import JUDGES, EmbeddingJudge, Judge, LLMJudge, parse_score
 
 
 class MatrixEmbedder:

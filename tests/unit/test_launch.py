@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedma_flwr import launch
-from pfedma_flwr.progress import LOG_LEVEL_ENV
+from pfedma_flwr.experiments import launch
+from pfedma_flwr.logs import LOG_LEVEL_ENV
 
 
 def test_env_carries_the_log_level_flag_else_the_users_else_info(monkeypatch, tmp_path):
@@ -98,10 +98,10 @@ def fake(monkeypatch, tmp_path):
 
 
 def test_run_passes_level_and_progress_override_and_prints_live_lines(fake, capsys, monkeypatch):
-    from pfedma_flwr import progress
+    from pfedma_flwr import logs
 
     levels: list[str] = []
-    monkeypatch.setattr(progress, "configure_logging", levels.append)  # the launcher's own
+    monkeypatch.setattr(logs, "configure_logging", levels.append)  # the launcher's own
     rc = launch.main(
         [
             "run",

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pfedma_flwr.agents.backends import MockBackend
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.config import load_config
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.routing import ORCHESTRATORS, LLMOrchestrator
@@ -206,7 +206,7 @@ def test_constructor_validation(kw, match):
 
 
 def test_registered_and_built_from_config():
-    from pfedma_flwr import server_components
+    from pfedma_flwr.server import components as server_components
 
     assert ORCHESTRATORS.get("llm") is LLMOrchestrator
     cfg = load_config({"overrides": "routing.orchestrator=llm routing.llm_backend.name=mock "

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pfedma_flwr.metrics import (
+from pfedma_flwr.experiments.metrics import (
     GuardMetrics,
     MetricSummary,
     accuracy,

@@ -1,4 +1,4 @@
-"""The scripted agents know only what their query shows (experiments/mock_agents.py, issue 12).
+"""The scripted agents know only what their query shows (agents/backends/simulated.py, issue 12).
 
 Before, a query that ``P_in`` changed was looked up by its first / last 80 characters; a
 redacted e-mail in the first line broke the head key, the lookup fell through to another task,
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 
-from pfedma_flwr.data.benchmarks import load_benchmark
-from pfedma_flwr.data.profiles import BUILTIN_PROFILES
-from pfedma_flwr.experiments.mock_agents import (
+from pfedma_flwr.agents.backends.simulated import (
     SimulatedAgentBackend,
     find_task,
     find_task_redacted,
     hide,
 )
+from pfedma_flwr.data.benchmarks import load_benchmark
+from pfedma_flwr.data.profiles import BUILTIN_PROFILES
 
 TASK = "privacylens-main-0285"
 

@@ -18,8 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr import client_components
 from pfedma_flwr.agents.backends import make_backend
+from pfedma_flwr.client import components as client_components
+from pfedma_flwr.client.node_security import (
+    RULE_MODE_RANK,
+    NodePolicy,
+    NodePolicyError,
+    check_config_name,
+)
 from pfedma_flwr.config import (
     RULE_MODES,
     BackendConfig,
@@ -27,13 +33,7 @@ from pfedma_flwr.config import (
     load_config,
     parse_bool,
 )
-from pfedma_flwr.node_security import (
-    RULE_MODE_RANK,
-    NodePolicy,
-    NodePolicyError,
-    check_config_name,
-)
-from pfedma_flwr.protocol import QUERY_DESCRIBE
+from pfedma_flwr.protocol.codec import QUERY_DESCRIBE
 from pfedma_flwr.registry import PluginImportRefused, Registry, plugin_imports
 from pfedma_flwr.rules.local_repo import RuleMode
 from pfedma_flwr.testing import FakeGrid
@@ -245,7 +245,7 @@ def test_run_endpoint_and_key_env_ignored_without_permission(tmp_path: Path, cap
     run = BackendConfig(name="openai", model="m", base_url="http://attacker:1/v1",
                         api_key_env="AWS_SECRET_ACCESS_KEY",
                         options={"base_url": "http://attacker:2/v1", "backoff": 0.1})
-    with caplog.at_level(logging.WARNING, logger="pfedma_flwr.node_security"):
+    with caplog.at_level(logging.WARNING, logger="pfedma_flwr.client.node_security"):
         b = policy.backend_section(run)
     assert (b.base_url, b.api_key_env) == ("http://node-llm:8000/v1", "OPENAI_API_KEY")
     assert b.options == {"backoff": 0.1}  # the endpoint option dropped, the rest kept
@@ -320,11 +320,11 @@ def test_run_cannot_switch_a_nodes_private_fact_detector_off(tmp_path: Path):
 
 def test_adversary_only_where_the_node_allows_it(tmp_path: Path):
     rc = tiny("adversary.ratio=1.0 adversary.kind=unreliable")
-    assert client_components.build_agent(rc, deployed(tmp_path)).adversary is None
+    assert client_components.build_agent(rc, deployed(tmp_path)).hooks == ()
     allowed = deployed(tmp_path, **{"allow-adversary": True})
-    assert client_components.build_agent(rc, allowed).adversary is not None
+    assert client_components.build_agent(rc, allowed).hooks != ()
     sim = {"partition-id": 0, "num-partitions": 2}
-    assert client_components.build_agent(rc, sim).adversary is not None
+    assert client_components.build_agent(rc, sim).hooks != ()
 
 
 def test_openai_endpoint_through_build_agent(tmp_path: Path):
@@ -377,7 +377,7 @@ def test_nr_requested_full_enforced_through_the_federation(tmp_path: Path, caplo
         grid.contexts[node].node_config.update(deployed(tmp_path, i))
     from pfedma_flwr.server_app import run_server
 
-    with caplog.at_level(logging.WARNING, logger="pfedma_flwr.node_security"):
+    with caplog.at_level(logging.WARNING, logger="pfedma_flwr.client.node_security"):
         summary = run_server(grid, load_config(rc))
     assert summary["status"] == "completed"
     for node in grid.node_ids:
@@ -453,7 +453,7 @@ def test_bad_bool_override_names_the_key(override: str):
 
 
 def test_misspelt_node_key_warns_and_stays_strict(tmp_path: Path, caplog):
-    with caplog.at_level(logging.WARNING, logger="pfedma_flwr.node_security"):
+    with caplog.at_level(logging.WARNING, logger="pfedma_flwr.client.node_security"):
         policy = NodePolicy.from_node_config(deployed(tmp_path, **{"allow-plugin": True}))
     assert not policy.allow_plugins and "allow-plugin" in caplog.text
 

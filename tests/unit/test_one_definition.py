@@ -26,9 +26,9 @@ def test_answer_kind_is_a_str_enum_whose_values_are_answer_kinds():
 
 
 def test_every_module_uses_the_one_answer_kinds_tuple():
-    from pfedma_flwr import schema
     from pfedma_flwr.agents import prompting, reasoning
     from pfedma_flwr.data import benchmarks
+    from pfedma_flwr.protocol import schema
 
     for mod in (schema, prompting, reasoning, benchmarks):
         assert mod.ANSWER_KINDS is ANSWER_KINDS, mod.__name__
@@ -125,8 +125,9 @@ def test_rule_mode_rank_orders_enforcement():
 
 
 def test_config_node_policy_engine_and_agent_agree_with_the_enum():
-    from pfedma_flwr import config, node_security
-    from pfedma_flwr.client_agent import parse_rule_mode
+    from pfedma_flwr import config
+    from pfedma_flwr.client import node_security
+    from pfedma_flwr.client.agent import parse_rule_mode
     from pfedma_flwr.rules import server_flow
 
     assert config.RULE_MODES is RULE_MODES
@@ -146,7 +147,8 @@ def test_presets_name_only_known_rule_modes():
 
 
 def test_results_and_state_store_share_the_one_writer():
-    from pfedma_flwr import persistence, report, results
+    from pfedma_flwr import persistence
+    from pfedma_flwr.server import report, results
 
     assert results.write_text_atomic is persistence.write_text_atomic
     assert report.write_text_atomic is persistence.write_text_atomic
@@ -174,7 +176,7 @@ def test_checkpoint_json_is_fsynced_file_then_directory(tmp_path, monkeypatch):
     import json
     import stat
 
-    from pfedma_flwr.results import ResultsWriter
+    from pfedma_flwr.server.results import ResultsWriter
 
     writer = ResultsWriter(tmp_path / "run")
     synced = _record_fsyncs(monkeypatch)

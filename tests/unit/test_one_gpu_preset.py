@@ -6,8 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from pfedma_flwr import launch
 from pfedma_flwr.config import load_config
+from pfedma_flwr.experiments import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 # vLLM's default --max-num-seqs, which docs/one_gpu.md starts the server with

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.routing.orchestrator import (
     ORCHESTRATORS,

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from pfedma_flwr.agents.parsing import parse_structured_response
-from pfedma_flwr.schema import Limits
+from pfedma_flwr.protocol.schema import Limits
 
 GOOD = {
     "claims": [{"claim": "5+7=12", "evidence": ["5 apples", "7 more"]}],

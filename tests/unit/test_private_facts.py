@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.agents.backends import MockBackend
-from pfedma_flwr.client_agent import ClientAgent
+from pfedma_flwr.client.agent import ClientAgent
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.embeddings import HashingEmbedder, get_embedder
+from pfedma_flwr.protocol.schema import RespondInstruction, RoutedQuery
 from pfedma_flwr.rules.generalize import generalize
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
 from pfedma_flwr.rules.policy import initial_global_rules
@@ -25,7 +26,6 @@ from pfedma_flwr.rules.private_facts import (
     sentence_spans,
     with_private_facts,
 )
-from pfedma_flwr.schema import RespondInstruction, RoutedQuery
 
 SECRET = "Dana Wells was arrested for fraud last spring."
 BENIGN = "The quarterly meeting moved to Thursday afternoon."

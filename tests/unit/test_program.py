@@ -13,11 +13,11 @@ from pfedma_flwr.agents.program import (
     program_reasoning,
     run_program,
 )
-from pfedma_flwr.client_agent import ClientAgent
+from pfedma_flwr.client.agent import ClientAgent
+from pfedma_flwr.client.node_security import NodePolicy
 from pfedma_flwr.data.profiles import get_profile
 from pfedma_flwr.embeddings import HashingEmbedder
-from pfedma_flwr.node_security import NodePolicy
-from pfedma_flwr.schema import RespondInstruction, RoutedQuery
+from pfedma_flwr.protocol.schema import RespondInstruction, RoutedQuery
 
 QUESTION = ("A shop sells pens at 3 dollars each. Ann buys 4 pens and pays with a 20 dollar "
             "bill. How much change does she get?")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedma_flwr import progress as pg
+from pfedma_flwr import logs
+from pfedma_flwr.server import progress as pg
 
 ROUND_1 = {
     "round": 1,
@@ -154,12 +155,12 @@ def test_interval_must_be_positive(tmp_path):
     ],
 )
 def test_plain_log_line(line, expected):
-    assert pg.plain_log_line(line) == expected
+    assert logs.plain_log_line(line) == expected
 
 
 @pytest.fixture
 def restore_loggers():
-    names = (*pg.PROJECT_LOGGERS, "flwr")
+    names = (*logs.PROJECT_LOGGERS, "flwr")
     saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers)) for n in names}
     from flwr.common.logger import console_handler
 
@@ -182,12 +183,12 @@ def restore_loggers():
     ],
 )
 def test_parse_log_level(value, expected):
-    assert pg.parse_log_level(value) == expected
+    assert logs.parse_log_level(value) == expected
 
 
 def test_parse_log_level_names_the_bad_value_and_where():
     with pytest.raises(ValueError, match=r"--log-level: log level 'loud' is not one of DEBUG"):
-        pg.parse_log_level("loud", where="--log-level")
+        logs.parse_log_level("loud", where="--log-level")
 
 
 def test_configure_logging_reads_the_env_and_sets_project_and_flower_levels(
@@ -195,20 +196,20 @@ def test_configure_logging_reads_the_env_and_sets_project_and_flower_levels(
 ):
     from flwr.common.logger import console_handler
 
-    monkeypatch.setenv(pg.LOG_LEVEL_ENV, "WARNING")
-    assert pg.configure_logging() == logging.WARNING
-    for n in pg.PROJECT_LOGGERS:
+    monkeypatch.setenv(logs.LOG_LEVEL_ENV, "WARNING")
+    assert logs.configure_logging() == logging.WARNING
+    for n in logs.PROJECT_LOGGERS:
         assert logging.getLogger(n).level == logging.WARNING
     assert console_handler.level == logging.WARNING
-    assert not logging.getLogger("pfedma_flwr.collaboration").isEnabledFor(logging.INFO)
-    monkeypatch.setenv(pg.LOG_LEVEL_ENV, "chatty")  # a node's bad env: INFO, not a crash
-    assert pg.configure_logging() == logging.INFO
+    assert not logging.getLogger("pfedma_flwr.server.engine").isEnabledFor(logging.INFO)
+    monkeypatch.setenv(logs.LOG_LEVEL_ENV, "chatty")  # a node's bad env: INFO, not a crash
+    assert logs.configure_logging() == logging.INFO
 
 
 def test_configure_logging_adds_its_handler_once_where_root_has_none(monkeypatch, restore_loggers):
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
-    pg.configure_logging("DEBUG")
-    pg.configure_logging("DEBUG")
+    logs.configure_logging("DEBUG")
+    logs.configure_logging("DEBUG")
     ours = [h for h in logging.getLogger("strategies").handlers if getattr(h, "_pfedma", False)]
     assert len(ours) == 1

@@ -6,7 +6,7 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from pfedma_flwr.config import ConfigError, load_config, parse_overrides
-from pfedma_flwr.protocol import (
+from pfedma_flwr.protocol.codec import (
     PAYLOAD_KEY,
     ClientDescription,
     decode_description,
@@ -16,7 +16,7 @@ from pfedma_flwr.protocol import (
     encode_instruction,
     encode_reply,
 )
-from pfedma_flwr.schema import ClientReply, RespondInstruction, RoutedQuery, SchemaError
+from pfedma_flwr.protocol.schema import ClientReply, RespondInstruction, RoutedQuery, SchemaError
 
 
 def test_record_round_trip():
@@ -84,13 +84,13 @@ def test_parse_overrides_quotes():
     ("pfedma", "agent.backend.name=openai", 8, 1.0),   # endpoint clients only wait on HTTP
 ])
 def test_launcher_reserves_llama_threads_as_ray_cpus(config, overrides, cores, expected):
-    from pfedma_flwr.launch import cpus_per_client_for
+    from pfedma_flwr.experiments.launch import cpus_per_client_for
 
     assert cpus_per_client_for(config, overrides, cpu_count=cores) == expected
 
 
 def test_launcher_validates_config_before_starting():
-    from pfedma_flwr.launch import cpus_per_client_for
+    from pfedma_flwr.experiments.launch import cpus_per_client_for
 
     with pytest.raises(ConfigError, match="agent.few_shot_scope"):
         cpus_per_client_for("pfedma", "agent.few_shot_scope=round")
@@ -123,8 +123,8 @@ def test_prescan_ignores_structure_inside_strings():
 
 
 def test_value_cap_admits_the_fullest_valid_reply():
-    from pfedma_flwr.protocol import value_cap
-    from pfedma_flwr.schema import Claim, Limits, ProcessedResponse, StructuredResponse
+    from pfedma_flwr.protocol.codec import value_cap
+    from pfedma_flwr.protocol.schema import Claim, Limits, ProcessedResponse, StructuredResponse
 
     lim = Limits(max_items=4, max_claims=3, max_evidence=2, max_rules=4)
     resp = StructuredResponse("1", tuple(Claim("c", ("e", "e")) for _ in range(3)))
@@ -149,7 +149,7 @@ def test_value_cap_admits_the_fullest_valid_reply():
     ({7: ("partition-0", b"")}, "node", {7: "node-7"}, set()),
 ])
 def test_assign_client_keys(claims, mode, keys, rejected):
-    from pfedma_flwr.protocol import assign_client_keys
+    from pfedma_flwr.protocol.codec import assign_client_keys
 
     got, left_out = assign_client_keys(claims, mode)
     assert got == keys and set(left_out) == rejected
@@ -176,7 +176,7 @@ def test_description_announces_a_reasoning_way():
 
 
 def test_reasoning_way_applies_to_computed_answers_only():
-    from pfedma_flwr.wire import reasoning_way
+    from pfedma_flwr.protocol.wire import reasoning_way
 
     assert reasoning_way("program", "number") == "program"
     assert [reasoning_way("program", k) for k in ("option", "math", "text")] == ["cot"] * 3

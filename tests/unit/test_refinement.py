@@ -2,8 +2,8 @@
 
 import pytest
 
-from pfedma_flwr.aggregation import CollabState
-from pfedma_flwr.refinement import refine_query, refinement_text
+from pfedma_flwr.aggregation.consensus import CollabState
+from pfedma_flwr.aggregation.refinement import refine_query, refinement_text
 
 TASK = "Janet's ducks lay 16 eggs per day. How much does she make?"
 Z = CollabState(

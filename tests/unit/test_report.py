@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pfedma_flwr import cli, report
-from pfedma_flwr.launch import _ANSI
+from pfedma_flwr import cli
+from pfedma_flwr.experiments.launch import _ANSI
+from pfedma_flwr.server import report
 
 SUMMARY = {
     "status": "completed",
@@ -166,7 +167,9 @@ def test_base_run_info_records_versions_commit_and_the_embedded_models_digest():
 def test_pfedma_run_refuses_a_dir_that_holds_a_run(tmp_path, monkeypatch, capsys):
     out = _run_dir(tmp_path)
     called = []
-    monkeypatch.setattr("pfedma_flwr.launch.main", lambda argv: called.append(argv) or 0)
+    monkeypatch.setattr(
+        "pfedma_flwr.experiments.launch.main", lambda argv: called.append(argv) or 0
+    )
     assert cli.main(["run", "--config", "tiny", "--output-dir", str(out)]) == 1
     assert "already holds a run" in capsys.readouterr().err and called == []
     assert json.loads((out / "summary.json").read_text()) == SUMMARY  # untouched
@@ -183,7 +186,7 @@ def test_pfedma_run_overwrite_removes_the_old_results_then_runs(tmp_path, monkey
         assert not (out / "summary.json").exists() and not (out / "report.md").exists()
         return 0
 
-    monkeypatch.setattr("pfedma_flwr.launch.main", fake_main)
+    monkeypatch.setattr("pfedma_flwr.experiments.launch.main", fake_main)
     assert cli.main(["run", "--output-dir", str(out), "--overwrite"]) == 0
     assert called == [["run", "--output-dir", str(out)]]  # --overwrite is the CLI's, not Flower's
     assert (out / "unrelated.txt").read_text() == "mine"
@@ -195,7 +198,7 @@ def test_pfedma_run_overwrite_removes_the_old_results_then_runs(tmp_path, monkey
 
 def test_pfedma_run_resume_is_allowed_and_reports(tmp_path, monkeypatch):
     out = _run_dir(tmp_path)
-    monkeypatch.setattr("pfedma_flwr.launch.main", lambda argv: 0)
+    monkeypatch.setattr("pfedma_flwr.experiments.launch.main", lambda argv: 0)
     assert cli.main(["run", "--output-dir", str(out), "--resume"]) == 0
     assert "| accuracy | 75.0 % |" in (out / "report.md").read_text()
     assert "| accuracy | 75.0 % |" in report.headline(out)
@@ -220,7 +223,7 @@ def test_load_frames_gives_pandas_tables(tmp_path):
 
 @pytest.mark.parametrize("given,expected", [(None, "1"), ("0", "0"), ("1", "1")])
 def test_launcher_keeps_the_users_hf_hub_offline(monkeypatch, tmp_path, given, expected):
-    from pfedma_flwr.launch import _env
+    from pfedma_flwr.experiments.launch import _env
 
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     if given is None:

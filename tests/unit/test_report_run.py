@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pfedma_flwr import report
+from pfedma_flwr.server import report
 
 ROUNDS = [
     {
@@ -154,7 +154,7 @@ def test_load_run_of_an_empty_dir_gives_empty_frames(tmp_path):
 
 
 def test_tracking_replay_writes_the_rounds_with_their_accuracy(tmp_path):
-    from pfedma_flwr import tracking
+    from pfedma_flwr.experiments import tracking
 
     out = _run_dir(tmp_path)
     scalars = []
@@ -182,7 +182,7 @@ def test_tracking_replay_writes_the_rounds_with_their_accuracy(tmp_path):
 
 def test_tracking_real_tensorboard_events(tmp_path):
     pytest.importorskip("tensorboard")
-    from pfedma_flwr import tracking
+    from pfedma_flwr.experiments import tracking
 
     t = tracking.make_tracker("TensorBoard", tmp_path / "tb")
     assert tracking.replay(_run_dir(tmp_path), t) == 2
@@ -197,7 +197,7 @@ def test_tracking_real_tensorboard_events(tmp_path):
 
 
 def test_unknown_tracking_backend_is_named():
-    from pfedma_flwr import tracking
+    from pfedma_flwr.experiments import tracking
 
     assert tracking.make_tracker("none", "x") is None
     with pytest.raises(tracking.TrackingError, match="'wandb' is not one of none, tensorboard"):
@@ -221,7 +221,7 @@ def test_model_info_hashes_a_small_embedded_model_without_a_recorded_digest():
         embedded_model_path,
         file_sha256,
     )
-    from pfedma_flwr.provenance import model_info
+    from pfedma_flwr.server.provenance import model_info
 
     try:
         path = embedded_model_path("smollm2-135m")

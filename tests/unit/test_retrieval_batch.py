@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.agents.backends import MockBackend
-from pfedma_flwr.client_agent import ClientAgent
+from pfedma_flwr.client.agent import ClientAgent
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.data.retrieval import FewShotRetriever, clear_retrieval_cache
-from pfedma_flwr.schema import RespondInstruction, RoutedQuery
+from pfedma_flwr.protocol.schema import RespondInstruction, RoutedQuery
 
 
 class TableEmbedder:

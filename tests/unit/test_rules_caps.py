@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.promotion import CandidatePool, admit, build_candidate_pool
-from pfedma_flwr.schema import GlobalRule, RuleCandidate, RuleFeedback
 
 EMB = HashingEmbedder(dim=256)
 _WORDS = ("amber basalt cobalt dune ember fjord garnet heron iris jade kelp lumen moss nectar "

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from pfedma_flwr.protocol.schema import Claim, GlobalRule, StructuredResponse
 from pfedma_flwr.rules.enforcement import (
     apply_query_rules,
     enforce_response,
@@ -20,7 +21,6 @@ from pfedma_flwr.rules.generalize import (
 )
 from pfedma_flwr.rules.model import PrivacyRule, find_spans
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
-from pfedma_flwr.schema import Claim, GlobalRule, StructuredResponse
 
 REC = RegexPiiRecognizer()
 

@@ -8,10 +8,20 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.agents.backends import MockBackend
-from pfedma_flwr.client_agent import ClientAgent
+from pfedma_flwr.client.agent import ClientAgent
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.protocol.schema import (
+    Claim,
+    ClientReply,
+    GlobalRule,
+    ProcessedResponse,
+    RespondInstruction,
+    RoutedQuery,
+    RuleCandidate,
+    StructuredResponse,
+)
 from pfedma_flwr.rules.enforcement import Uncovered
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.local_repo import MAX_LOCAL_RULES, LocalRuleRepository
@@ -25,16 +35,6 @@ from pfedma_flwr.rules.policy import (
     profile_entities,
 )
 from pfedma_flwr.rules.relevance import detector_relevance, fire_matrix
-from pfedma_flwr.schema import (
-    Claim,
-    ClientReply,
-    GlobalRule,
-    ProcessedResponse,
-    RespondInstruction,
-    RoutedQuery,
-    RuleCandidate,
-    StructuredResponse,
-)
 
 REC = RegexPiiRecognizer()
 EMAIL_RULE = PrivacyRule(rule_id="e", text="do not reveal email address in responses",

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.protocol.schema import RuleCandidate, RuleFeedback
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository, resolve
 from pfedma_flwr.rules.promotion import (
     CandidatePool,
@@ -19,7 +20,6 @@ from pfedma_flwr.rules.promotion import (
     support_proportions,
     update_h_score,
 )
-from pfedma_flwr.schema import RuleCandidate, RuleFeedback
 
 X = np.array([1.0, 0.0, 0.0])
 Y = np.array([0.0, 1.0, 0.0])

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from pfedma_flwr.client_agent import parse_rule_mode
+from pfedma_flwr.client.agent import parse_rule_mode
 from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.protocol.schema import Claim, GlobalRule, RuleFeedback, StructuredResponse
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.global_update import TWIN_MIN_EVALS, confirmed, new_twins
 from pfedma_flwr.rules.local_repo import LocalRuleRepository
@@ -35,7 +36,6 @@ from pfedma_flwr.rules.policy import initial_global_rules
 from pfedma_flwr.rules.promotion import build_candidate_pool
 from pfedma_flwr.rules.query_rules import apply_query_rules
 from pfedma_flwr.rules.server_flow import PROMOTE_MODES, REDISTRIBUTE_MODES
-from pfedma_flwr.schema import Claim, GlobalRule, RuleFeedback, StructuredResponse
 
 QUERY = "Ann Lee (ann@example.org) asks about the visit"
 NAME = "Ann Lee"

@@ -21,14 +21,14 @@ import json
 import pytest
 
 from pfedma_flwr.agents.backends import MockBackend
-from pfedma_flwr.client_agent import ClientAgent
+from pfedma_flwr.client.agent import ClientAgent
 from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.protocol.schema import ClientReply, RespondInstruction, RoutedQuery
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
 from pfedma_flwr.rules.policy import DEFAULT_GLOBAL_POLICY, initial_global_rules
-from pfedma_flwr.schema import ClientReply, RespondInstruction, RoutedQuery
 
 CLAIM = "mail bob@example.org or 555-123-4567 from 10.1.2.3 on 2024-01-05"
 EMAIL, PHONE, IP, DATE = "bob@example.org", "555-123-4567", "10.1.2.3", "2024-01-05"
@@ -85,7 +85,7 @@ def test_every_pair_of_modes_differs_on_the_client():
 
 @pytest.mark.parametrize(("mode", "n_seeded"), [("NR", 0), ("SR", 4), ("full", 4)])
 def test_server_seeds_its_policy_except_under_nr(mode, n_seeded):
-    from pfedma_flwr.server_components import build_global_rules
+    from pfedma_flwr.server.components import build_global_rules
 
     cfg = PFedMAConfig()
     assert build_global_rules(cfg, HashingEmbedder()).rules() == []  # default: no policy

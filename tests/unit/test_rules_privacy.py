@@ -12,12 +12,18 @@ import os
 import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.protocol.schema import (
+    Claim,
+    ClientReply,
+    GlobalRule,
+    ProcessedResponse,
+    StructuredResponse,
+)
 from pfedma_flwr.rules.enforcement import find_uncovered
 from pfedma_flwr.rules.generalize import generalize
 from pfedma_flwr.rules.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.pii import RegexPiiRecognizer, get_presidio_engine, get_recognizer
-from pfedma_flwr.schema import Claim, ClientReply, GlobalRule, ProcessedResponse, StructuredResponse
 
 CANARIES = ["Qzxv Plorbington", "KESTREL-7731", "zq.canary@plorb.example", "Wexhollow Ward"]
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 import pytest
 
 from pfedma_flwr.data.benchmarks import Task
+from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.pii import PiiSpan
 from pfedma_flwr.rules.pin_audit import audit_alteration, task_damage
 from pfedma_flwr.rules.query_rules import option_line_spans, plausible_person
-from pfedma_flwr.schema import GlobalRule
 
 
 class ScriptedRecognizer:

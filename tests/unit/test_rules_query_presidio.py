@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from pfedma_flwr.data.benchmarks import Task, load_benchmark
+from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.rules.pin_audit import task_damage
-from pfedma_flwr.schema import GlobalRule
 
 pytestmark = pytest.mark.skipif(os.environ.get("PFEDMA_SKIP_PRESIDIO") == "1", reason="opt-out")
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pfedma_flwr.embeddings import HashingEmbedder
+from pfedma_flwr.protocol.schema import Claim, GlobalRule, StructuredResponse
 from pfedma_flwr.rules import model, safety
 from pfedma_flwr.rules.enforcement import enforce_response
 from pfedma_flwr.rules.local_repo import LocalRuleRepository
@@ -25,7 +26,6 @@ from pfedma_flwr.rules.safety import (
     UnsafePatternError,
     check_pattern,
 )
-from pfedma_flwr.schema import Claim, GlobalRule, StructuredResponse
 
 ATTACKS = [r"(", r"[^\s]+", r"(\w|\s)+\d"]
 

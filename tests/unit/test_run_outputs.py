@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pfedma_flwr import launch
-from pfedma_flwr.query_state import (
+from pfedma_flwr.experiments import launch
+from pfedma_flwr.protocol.schema import ProcessedResponse, StructuredResponse
+from pfedma_flwr.server.query_state import (
     GENERATION_FAILED,
     MAX_CODES_PER_CLIENT,
     EngineSettings,
@@ -29,8 +30,7 @@ from pfedma_flwr.query_state import (
     run_status,
     with_answer_failures,
 )
-from pfedma_flwr.results import ResultsWriter
-from pfedma_flwr.schema import ProcessedResponse, StructuredResponse
+from pfedma_flwr.server.results import ResultsWriter
 
 OK = StructuredResponse(final_answer="7")
 

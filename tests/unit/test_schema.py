@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from pfedma_flwr.schema import (
+from pfedma_flwr.protocol.schema import (
     Claim,
     ClientReply,
     GlobalRule,
@@ -132,7 +132,7 @@ def test_ids_have_their_own_cap():
 
 
 def test_excerpt_is_short_escaped_and_total():
-    from pfedma_flwr.validation import excerpt
+    from pfedma_flwr.protocol.validation import excerpt
 
     assert excerpt("abc") == "'abc'"
     assert excerpt("\ud800\x1b") == "'\\ud800\\x1b'"  # escaped: printable, UTF-8 safe

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
-from pfedma_flwr.protocol import ClientDescription
-from pfedma_flwr.query_state import EngineSettings
+from pfedma_flwr.protocol.codec import ClientDescription
+from pfedma_flwr.protocol.schema import Claim, ProcessedResponse, StructuredResponse
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator
-from pfedma_flwr.schema import Claim, ProcessedResponse, StructuredResponse
+from pfedma_flwr.server.query_state import EngineSettings
 from pfedma_flwr.training.episode import (
     PolicyBackend,
     ReplayCache,

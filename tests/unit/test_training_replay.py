@@ -6,8 +6,8 @@ import json
 import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
-from pfedma_flwr.query_state import EngineSettings
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator
+from pfedma_flwr.server.query_state import EngineSettings
 from pfedma_flwr.training.__main__ import main
 from pfedma_flwr.training.data import training_tasks
 from pfedma_flwr.training.episode import PolicyBackend, ReplayCache, run_episode

@@ -18,10 +18,10 @@ from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from pfedma_flwr.embeddings import HashingEmbedder  # noqa: E402
-from pfedma_flwr.query_state import EngineSettings  # noqa: E402
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator, build_prompt  # noqa: E402
 from pfedma_flwr.routing.orchestrator import CandidateState, OrchestratorQuery  # noqa: E402
 from pfedma_flwr.routing.state import RoutingState  # noqa: E402
+from pfedma_flwr.server.query_state import EngineSettings  # noqa: E402
 from pfedma_flwr.training.episode import PolicyBackend, run_episode  # noqa: E402
 from pfedma_flwr.training.reward import compute_score  # noqa: E402
 from tests.unit.test_training_agent_loop import build_tokenizer  # noqa: E402

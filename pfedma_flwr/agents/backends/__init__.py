@@ -43,7 +43,7 @@ BACKENDS.add("mock", MockBackend)
 def _simulated(**kwargs: Any) -> Backend:
     # The experiments' scripted expert agents, by registry name: clients refuse module:attr
     # plug-ins from the run config, so the tiny experiment size must not need one.
-    mod = importlib.import_module("pfedma_flwr.experiments.mock_agents")
+    mod = importlib.import_module("pfedma_flwr.agents.backends.simulated")
     return mod.SimulatedAgentBackend(**kwargs)  # type: ignore[no-any-return]
 
 

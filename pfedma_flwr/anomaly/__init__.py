@@ -1,6 +1,7 @@
 """Server-side reliability evaluation of uploaded responses (DESIGN §3.7, §3.13)."""
 
-from pfedma_flwr.evaluation.anomaly import (
+from pfedma_flwr.anomaly.judges import JUDGES, EmbeddingJudge, Judge, LLMJudge, parse_score
+from pfedma_flwr.anomaly.scores import (
     Ablation,
     AnomalyResult,
     ablated_anomaly_score,
@@ -12,7 +13,6 @@ from pfedma_flwr.evaluation.anomaly import (
     evidence_anomaly,
     similarity_to,
 )
-from pfedma_flwr.evaluation.judges import JUDGES, EmbeddingJudge, Judge, LLMJudge, parse_score
 
 __all__ = [
     "JUDGES",

@@ -1,6 +1,7 @@
 """The client agent ``A_i`` (no Flower): adapt global rules, answer in one batch, enforce, share.
 
-What leaves this module (a :class:`~pfedma_flwr.schema.ClientReply`) is only privacy-processed
+What leaves this module (a :class:`~pfedma_flwr.protocol.schema.ClientReply`) is only
+privacy-processed
 responses ``r̃``, generalized candidates ``ω̄ = P_gen(ω)`` and Δ-count feedback. Raw responses,
 ``D_i``, ``X_i`` and the local rules (with their literals) stay in :class:`AgentState`.
 """
@@ -14,7 +15,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pfedma_flwr.agent_state import AgentState, parse_rule_mode
 from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import (
@@ -32,17 +32,12 @@ from pfedma_flwr.agents.prompting import (
     reasoning_demo,
 )
 from pfedma_flwr.agents.reasoning import derive_response
+from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
-from pfedma_flwr.rules.enforcement import UNCOVERED_ENTITIES
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
-from pfedma_flwr.rules.outgoing import check_outgoing, client_secrets
-from pfedma_flwr.rules.pii import PiiRecognizer
-from pfedma_flwr.rules.policy import initial_local_rules, profile_entities
-from pfedma_flwr.rules.private_facts import PRIVATE_FACT
-from pfedma_flwr.schema import (
+from pfedma_flwr.protocol.schema import (
     DEFAULT_LIMITS,
     ClientReply,
     Limits,
@@ -51,10 +46,16 @@ from pfedma_flwr.schema import (
     RoutedQuery,
     RuleCandidate,
 )
-from pfedma_flwr.wire import PROGRAM_KINDS, ClientDescription
+from pfedma_flwr.protocol.wire import PROGRAM_KINDS, ClientDescription
+from pfedma_flwr.rules.enforcement import UNCOVERED_ENTITIES
+from pfedma_flwr.rules.local_repo import LocalRuleRepository
+from pfedma_flwr.rules.outgoing import check_outgoing, client_secrets
+from pfedma_flwr.rules.pii import PiiRecognizer
+from pfedma_flwr.rules.policy import initial_local_rules, profile_entities
+from pfedma_flwr.rules.private_facts import PRIVATE_FACT
 
 if TYPE_CHECKING:
-    from pfedma_flwr.adversary import Adversary
+    from pfedma_flwr.agents.hooks import AgentHook
 
 logger = logging.getLogger(__name__)
 FEW_SHOT_SCOPES: tuple[str, ...] = ("batch", "query")
@@ -84,9 +85,11 @@ class ClientAgent:
     sensitive_items : Sequence[str]
         Extra private strings of this client (e.g. from the node config) besides those of
         ``D_i``'s tasks.
-    adversary : Adversary, optional
-        Robustness evaluation only (App. J): makes this client malicious on the instances
-        its partition id is drawn for (prompt injection or wrong-but-confident answers).
+    hooks : Sequence[AgentHook]
+        Applied around the answer, in order (:class:`~pfedma_flwr.agents.hooks.AgentHook`): each
+        may change the task text the LLM sees and the response before the rules process it.
+        The robustness evaluation (App. J) makes a client malicious with one
+        (:class:`~pfedma_flwr.agents.hooks.Adversary`); an honest agent has none.
     response_format : {"reasoning", "json"}
         ``reasoning`` (default): free-text chain of thought, the structured response derived
         from it (:mod:`pfedma_flwr.agents.reasoning`); ``json``: the answer generated directly
@@ -110,7 +113,7 @@ class ClientAgent:
         max_tokens: int = 320,
         temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
-        client_key: str = "", adversary: Adversary | None = None,
+        client_key: str = "", hooks: Sequence[AgentHook] = (),
         response_format: str = "reasoning", seed: int = 0, lessons: int = 1,
         lesson_min_sim: float = 0.6, reasoning: str | None = None,
     ) -> None:
@@ -139,7 +142,7 @@ class ClientAgent:
         self.sim_threshold, self.phi_default = sim_threshold, phi_default
         self.limits = limits
         self.client_key = client_key
-        self.adversary = adversary
+        self.hooks = tuple(hooks)
         items = {s for t in self.private_data for s in t.sensitive_items}
         self.sensitive_items = sorted(items | {s for s in sensitive_items if s.strip()})
         # A client whose own data marks facts as sensitive knows that private facts need a
@@ -181,7 +184,9 @@ class ClientAgent:
         prompts = []
         programs: set[int] = set()
         for k, q in enumerate(ins.queries):
-            text = self.adversary.task_text(q.query_id, q.text) if self.adversary else q.text
+            text = q.text
+            for hook in self.hooks:
+                text = hook.task_text(q.query_id, text)
             shots = shots_of[q.query_id]
             if reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
                 programs.add(k)
@@ -236,8 +241,8 @@ class ClientAgent:
                                                    error=error_code("parse" + cut, why),
                                                    tokens=tokens))
                 continue
-            if self.adversary is not None:
-                raw = self.adversary.response(q.query_id, raw, q.answer_kind, q.text)
+            for hook in self.hooks:
+                raw = hook.response(q.query_id, raw, q.answer_kind, q.text)
             # Uncovered items create local rules first, so this very response is protected.
             result, cands = state.rules.process(raw, self.sensitive_items, self.recognizer,
                                                 uncovered_types=self.uncovered_types)
@@ -418,7 +423,7 @@ def error_code(kind: str, detail: str) -> str:
     return f"{kind}:{token.group(0)[:40] if token else 'error'}"
 
 
-# The leading earlier answer in either refinement style (pfedma_flwr.refinement).
+# The leading earlier answer in either refinement style (pfedma_flwr.aggregation.refinement).
 _CANDIDATE = re.compile(r"(?:candidate answer|answers given:)\s*'([^']{1,60})'")
 
 

@@ -1,7 +1,7 @@
 """Optional experiment tracking, off by default: each round's metrics to TensorBoard or MLflow.
 
 Fed from the per-round records the run writes (``rounds.jsonl``): live by the launcher
-(``pfedma run --tracking tensorboard``, through :class:`pfedma_flwr.progress.LiveProgress`)
+(``pfedma run --tracking tensorboard``, through :class:`pfedma_flwr.server.progress.LiveProgress`)
 or afterwards from a run dir (``pfedma report DIR --tracking tensorboard``, :func:`replay`).
 Neither tracker is a dependency: ``tensorboard`` (written through ``torch.utils.tensorboard``)
 or ``mlflow`` must be installed; asking for a missing one is a clear error before the run
@@ -141,7 +141,7 @@ def replay(run_dir: Path | str, tracker: Tracker) -> int:
 
     Returns the number of rounds recorded; the tracker is closed.
     """
-    from pfedma_flwr.report import accuracy_by_round, load_run_dir
+    from pfedma_flwr.server.report import accuracy_by_round, load_run_dir
 
     run = load_run_dir(run_dir)
     acc = {a.round: a for a in accuracy_by_round(run)}

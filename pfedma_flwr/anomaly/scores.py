@@ -2,7 +2,7 @@
 
 ``A_i = (1 − α_con)·[λ_pool·max(a_int, a_evi) + (1 − λ_pool)·(a_int + a_evi)/2] + α_con·a_con``,
 retained iff ``A_i ≤ tolerance``. The intent and evidence terms come from a frozen
-:class:`~pfedma_flwr.evaluation.judges.Judge` (one batched call per term and round); the
+:class:`~pfedma_flwr.anomaly.judges.Judge` (one batched call per term and round); the
 consensus term is deterministic (paper App. D).
 
 Ablations (paper Fig. 2a) drop a term and renormalize the remaining weights:
@@ -27,10 +27,10 @@ from enum import StrEnum
 
 import numpy as np
 
+from pfedma_flwr.anomaly.judges import Judge
 from pfedma_flwr.answers import Options, answers_equal
 from pfedma_flwr.embeddings import Embedder, cosine_matrix
-from pfedma_flwr.evaluation.judges import Judge
-from pfedma_flwr.schema import StructuredResponse
+from pfedma_flwr.protocol.schema import StructuredResponse
 
 logger = logging.getLogger(__name__)
 

@@ -4,16 +4,13 @@ The ServerApp's bar (:class:`RoundProgress`) is drawn inside a process whose out
 relays only in chunks, so the launcher shows its own progress instead (:class:`LiveProgress`):
 it tails the run's ``rounds.jsonl`` and ``queries.jsonl`` while the run goes and prints one
 line per finished query and per finished Flower round, with the running accuracy.
-:func:`configure_logging` applies ``--log-level`` (``PFEDMA_LOG_LEVEL``) to the project's
-loggers in whichever process reads it (launcher, ServerApp, ClientApps).
+Log levels and plain log lines are :mod:`pfedma_flwr.logs`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -23,14 +20,6 @@ from types import TracebackType
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-#: the environment variable carrying ``--log-level`` from the launcher into the app processes
-LOG_LEVEL_ENV = "PFEDMA_LOG_LEVEL"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-#: the project's logger roots (``logging.getLogger(__name__)`` in these packages)
-PROJECT_LOGGERS = ("pfedma_flwr", "client_apps", "strategies")
-# colour, cursor and hyperlink sequences of Flower's and rich's terminal output
-ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
 class RoundProgress:
@@ -82,70 +71,6 @@ class RoundProgress:
                     f"rules {int(m.get('rules/num_global', 0))}"
                 ),
             )
-
-
-def plain_log_line(line: str) -> str:
-    """``line`` as ``run.log`` keeps it: no ANSI codes, only what follows its last CR.
-
-    A progress bar redraws itself with carriage returns; a terminal shows the text after the
-    last one, and so does the log.
-    """
-    text = ANSI.sub("", line)
-    end = "\n" if text.endswith("\n") else ""
-    body = text[: len(text) - len(end)]
-    if "\r" in body:
-        body = body.rsplit("\r", 1)[1]
-    return body + end
-
-
-def parse_log_level(value: str | None, *, where: str = LOG_LEVEL_ENV) -> int:
-    """A :data:`LOG_LEVELS` name (any case; empty or ``None``: INFO) as a ``logging`` level.
-
-    Raises
-    ------
-    ValueError
-        If ``value`` names no level; the message names ``where`` it came from.
-    """
-    name = (value or "INFO").strip().upper()
-    if name not in LOG_LEVELS:
-        raise ValueError(f"{where}: log level {value!r} is not one of {', '.join(LOG_LEVELS)}")
-    return int(getattr(logging, name))
-
-
-def configure_logging(level: str | int | None = None) -> int:
-    """Set the project's loggers and Flower's console handler to ``level``; return it.
-
-    ``None`` reads :data:`LOG_LEVEL_ENV` (the launcher sets it for every process of the run);
-    a bad value there falls back to INFO with a warning rather than failing a node. Where the
-    root logger has no handler (the app processes), the project's loggers get one stderr
-    handler (once): without it their INFO lines went to Python's last-resort handler, which
-    drops everything below WARNING.
-    """
-    if isinstance(level, int):
-        lvl = level
-    else:
-        try:
-            lvl = parse_log_level(level if level is not None else os.environ.get(LOG_LEVEL_ENV))
-        except ValueError as e:
-            lvl = logging.INFO
-            logging.getLogger(__name__).warning("%s; using INFO", e)
-    for name in PROJECT_LOGGERS:
-        lg = logging.getLogger(name)
-        lg.setLevel(lvl)
-        if not logging.getLogger().handlers and not any(
-            getattr(h, "_pfedma", False) for h in lg.handlers
-        ):
-            h = logging.StreamHandler(sys.stderr)
-            h.setFormatter(logging.Formatter("%(levelname)-8s: %(name)s: %(message)s"))
-            h._pfedma = True  # type: ignore[attr-defined]  # marks our handler: added once
-            lg.addHandler(h)
-    try:
-        from flwr.common.logger import update_console_handler
-
-        update_console_handler(level=lvl)
-    except ImportError:  # Flower is a dependency; a bare analysis environment may lack it
-        pass
-    return lvl
 
 
 class JsonlTail:

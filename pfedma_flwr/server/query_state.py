@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse
+from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse
 from pfedma_flwr.answers import is_correct
 from pfedma_flwr.data.benchmarks import Task
-from pfedma_flwr.schema import ProcessedResponse, RoutedQuery, StructuredResponse
+from pfedma_flwr.protocol.schema import ProcessedResponse, RoutedQuery, StructuredResponse
 
 #: ``summary.json`` status of a run in which more than ``max_failed_share`` of the answers
 #: asked of agents were not produced (dead endpoint, wrong model, unparsable output...)
@@ -294,7 +294,7 @@ def round_record(
 
     ``groups[k][j]`` is the response (or ``None``) of the ``j``-th selected client of the
     ``k``-th query in flight and ``results[k][j]`` its anomaly result; ``replies`` are the
-    round's validated :class:`~pfedma_flwr.schema.ClientReply` objects.
+    round's validated :class:`~pfedma_flwr.protocol.schema.ClientReply` objects.
     """
     pairs = [(r, a) for grp, res in zip(groups, results, strict=True)
              for r, a in zip(grp, res, strict=True)]

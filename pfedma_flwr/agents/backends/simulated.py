@@ -29,9 +29,9 @@ import re
 import zlib
 from functools import cache
 
-from pfedma_flwr.adversary import corrupt_answer
 from pfedma_flwr.agents.backends.base import Messages
 from pfedma_flwr.agents.backends.mock import MockBackend, default_responder
+from pfedma_flwr.agents.hooks import corrupt_answer
 from pfedma_flwr.data.bench_asb import DEFAULT_IGNORE
 from pfedma_flwr.data.benchmarks import BENCHMARKS, Task, load_benchmark
 from pfedma_flwr.data.profiles import BUILTIN_PROFILES, AgentProfile, knowledge_domain

@@ -5,36 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pfedma_flwr.agents.backends import Backend, make_backend
-from pfedma_flwr.collaboration import CollaborationEngine, EngineSettings
-from pfedma_flwr.config import BackendConfig, PFedMAConfig
+from pfedma_flwr.agents.backends.configured import make_configured_backend
+from pfedma_flwr.anomaly.judges import JUDGES, Judge
+from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.embeddings import Embedder, get_embedder
-from pfedma_flwr.evaluation.judges import JUDGES, Judge
 from pfedma_flwr.routing.orchestrator import ORCHESTRATORS, Orchestrator
 from pfedma_flwr.routing.state import RoutingTable
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.rules.policy import initial_global_rules, new_id_prefix
-
-_BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
-    "embedded": ("model", "n_threads", "n_ctx", "mode", "max_batch"),
-    "openai": ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",
-               "json_mode"),
-    "transformers": ("model", "device", "dtype", "max_batch"),
-    "mock": (),
-}
-
-
-def backend_kwargs(b: BackendConfig) -> dict[str, Any]:
-    """The constructor arguments of backend ``b.name`` taken from its config section."""
-    kwargs = {f: getattr(b, f) for f in _BACKEND_FIELDS.get(b.name, ())}
-    return {**kwargs, **dict(b.options)}
-
-
-def make_configured_backend(b: BackendConfig) -> Backend:
-    """The process-wide backend for a config section (loaded once per process)."""
-    return make_backend(b.name, **backend_kwargs(b))
+from pfedma_flwr.server.engine import CollaborationEngine, EngineSettings
 
 
 def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:

@@ -4,7 +4,7 @@ Written at the end of each run (by the ServerApp and again by ``pfedma run``, wh
 command line and the exit code) and on demand by ``pfedma report DIR``. Everything here reads
 the run's own files (``summary.json``, ``rounds.jsonl``, ``queries.jsonl``); a file that is
 missing or damaged leaves its section out with a note, it never stops the report. The tables
-behind the plots are pure functions here; :mod:`pfedma_flwr.report_plots` draws them, and
+behind the plots are pure functions here; :mod:`pfedma_flwr.server.report_plots` draws them, and
 :func:`load_run` gives them as pandas frames.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pfedma_flwr.persistence import read_jsonl_lines
-from pfedma_flwr.provenance import (  # noqa: F401  (re-exported: cli, server_app, tests use them)
+from pfedma_flwr.server.provenance import (  # noqa: F401  (re-exported: cli, server_app, tests use them)
     RUN_INFO,
     VERSIONED,
     base_run_info,
@@ -27,7 +27,7 @@ from pfedma_flwr.provenance import (  # noqa: F401  (re-exported: cli, server_ap
     package_versions,
     update_run_info,
 )
-from pfedma_flwr.results import write_text_atomic
+from pfedma_flwr.server.results import write_text_atomic
 
 REPORT = "report.md"
 ACCURACY_PNG = "accuracy.png"
@@ -334,7 +334,7 @@ def headline(path: Path | str) -> str:
 
 def write_report(path: Path | str) -> Path:
     """Write ``report.md`` and its plots into the run dir ``path``; return the report's path."""
-    from pfedma_flwr.report_plots import write_plots
+    from pfedma_flwr.server.report_plots import write_plots
 
     run = load_run_dir(path)
     plots = write_plots(run, run.path)

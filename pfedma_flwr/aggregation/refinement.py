@@ -8,7 +8,7 @@ only repeats privacy-processed content that clients already uploaded.
 
 from __future__ import annotations
 
-from pfedma_flwr.aggregation import CollabState
+from pfedma_flwr.aggregation.consensus import CollabState
 
 DEFAULT_MAX_CHARS = 1200
 _ITEM_CHARS = 200

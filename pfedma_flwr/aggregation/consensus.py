@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pfedma_flwr.answers import Options, answers_equal, canonical_answer
+from pfedma_flwr.protocol.schema import StructuredResponse
 from pfedma_flwr.routing.state import RoutingState, RoutingTable
-from pfedma_flwr.schema import StructuredResponse
 
 logger = logging.getLogger(__name__)
 

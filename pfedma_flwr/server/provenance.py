@@ -20,7 +20,7 @@ from typing import Any
 from pfedma_flwr import __version__
 from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, file_sha256
 from pfedma_flwr.resources import PACKAGE_DIR, is_source_tree
-from pfedma_flwr.results import write_json_atomic
+from pfedma_flwr.server.results import write_json_atomic
 
 RUN_INFO = "run_info.json"
 

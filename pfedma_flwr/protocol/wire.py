@@ -1,7 +1,7 @@
 """Wire dataclasses and node identity that need no Flower (the engine and the agent use them).
 
-:mod:`pfedma_flwr.protocol` is the Flower codec and re-exports everything here, so the
-engine (:mod:`pfedma_flwr.collaboration`) and the client agent (:mod:`pfedma_flwr.client_agent`)
+:mod:`pfedma_flwr.protocol.codec` is the Flower codec and re-exports everything here, so the
+engine (:mod:`pfedma_flwr.server.engine`) and the client agent (:mod:`pfedma_flwr.client.agent`)
 import without loading ``flwr``.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pfedma_flwr.schema import DEFAULT_LIMITS, Limits, SchemaError
-from pfedma_flwr.validation import excerpt, id_, no_extra, obj_, str_
+from pfedma_flwr.protocol.schema import DEFAULT_LIMITS, Limits, SchemaError
+from pfedma_flwr.protocol.validation import excerpt, id_, no_extra, obj_, str_
 
 # Declared client keys: the node config's client-id or "partition-<i>" (log- and file-safe,
 # the alphabet of persistence.validate_key).

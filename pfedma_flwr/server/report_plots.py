@@ -1,4 +1,4 @@
-"""The PNG plots of a run's ``report.md``, drawn from the tables of :mod:`pfedma_flwr.report`.
+"""The PNG plots of a run's ``report.md``, from the tables of :mod:`pfedma_flwr.server.report`.
 
 One file per view: accuracy per benchmark, accuracy per round, answers and tokens per round,
 the selection heatmap (client x round), the capability matrix (client x domain, with S) and
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr import report as rep
+from pfedma_flwr.server import report as rep
 
 
 def _plt() -> Any:

@@ -14,25 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from pfedma_flwr.aggregation import CollabState, RoundResponse, aggregate
+from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggregate
+from pfedma_flwr.aggregation.refinement import refinement_text
+from pfedma_flwr.anomaly.judges import Judge
+from pfedma_flwr.anomaly.scores import evaluate_batch, similarity_to
 from pfedma_flwr.baselines import hooks
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import knowledge_domain
 from pfedma_flwr.embeddings import Embedder
-from pfedma_flwr.evaluation.anomaly import evaluate_batch, similarity_to
-from pfedma_flwr.evaluation.judges import Judge
-from pfedma_flwr.query_state import (
-    EngineSettings,
-    QueryState,
-    collect_replies,
-    finish_record,
-    generation_summary,
-    query_metrics,
-    round_record,
-    run_status,
-    with_answer_failures,
-)
-from pfedma_flwr.refinement import refinement_text
+from pfedma_flwr.protocol.schema import ClientReply, RespondInstruction, RoutedQuery
+from pfedma_flwr.protocol.wire import ClientDescription, reasoning_way
 from pfedma_flwr.routing.orchestrator import (
     CandidateState,
     Orchestrator,
@@ -44,8 +35,17 @@ from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
-from pfedma_flwr.schema import ClientReply, RespondInstruction, RoutedQuery
-from pfedma_flwr.wire import ClientDescription, reasoning_way
+from pfedma_flwr.server.query_state import (
+    EngineSettings,
+    QueryState,
+    collect_replies,
+    finish_record,
+    generation_summary,
+    query_metrics,
+    round_record,
+    run_status,
+    with_answer_failures,
+)
 
 logger = logging.getLogger(__name__)
 

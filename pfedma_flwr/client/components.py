@@ -1,7 +1,7 @@
 """Build a client's agent from the run config and its node config (cached per process).
 
 The node config's security settings win over the run config's
-(:class:`~pfedma_flwr.node_security.NodePolicy`): backend, endpoint, key variable, data dir,
+(:class:`~pfedma_flwr.client.node_security.NodePolicy`): backend, endpoint, key variable, data dir,
 minimum rule mode, and whether run-config plug-ins (``module:attr``) may be imported at all.
 """
 
@@ -13,18 +13,18 @@ import json
 import logging
 from typing import Any
 
-from pfedma_flwr.adversary import Adversary
-from pfedma_flwr.client_agent import ClientAgent
+from pfedma_flwr.agents.backends.configured import make_configured_backend
+from pfedma_flwr.agents.hooks import Adversary, AgentHook
+from pfedma_flwr.client.agent import ClientAgent
+from pfedma_flwr.client.node_security import NodePolicy, check_config_name
 from pfedma_flwr.config import AgentConfig, BackendConfig, PFedMAConfig, load_config
 from pfedma_flwr.data.partition import partition_tasks
 from pfedma_flwr.data.profiles import AgentProfile, profile_for_client
 from pfedma_flwr.data.split import dev_pool
 from pfedma_flwr.embeddings import get_embedder
-from pfedma_flwr.node_security import NodePolicy, check_config_name
 from pfedma_flwr.registry import plugin_imports
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.rules.private_facts import with_private_facts
-from pfedma_flwr.server_components import make_configured_backend
 
 logger = logging.getLogger(__name__)
 
@@ -127,13 +127,24 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
         limits=cfg.protocol.limits(),
         client_key=str(node.get("client-id", "")) or f"partition-{pid}",
-        adversary=Adversary.from_config(
-            dataclasses.replace(cfg.adversary, ratio=policy.adversary_ratio(cfg.adversary.ratio)),
-            partition_id=pid, num_clients=n, data_dir=data_dir or ""),
+        hooks=_hooks(cfg, policy, pid, n, data_dir),
         response_format=a.response_format, seed=cfg.seed * 1000 + pid, lessons=a.lessons,
         lesson_min_sim=a.lesson_min_sim,
         reasoning=policy.reasoning(profile.reasoning if a.reasoning == "profile" else a.reasoning),
     )
+
+
+def _hooks(cfg: PFedMAConfig, policy: NodePolicy, pid: int, n: int,
+           data_dir: str | None) -> tuple[AgentHook, ...]:
+    """The hooks around this client's agent (none for an honest one).
+
+    The adversary when the run asks for one and the node allows it (``allow-adversary``; a
+    simulated node does).
+    """
+    adv = Adversary.from_config(
+        dataclasses.replace(cfg.adversary, ratio=policy.adversary_ratio(cfg.adversary.ratio)),
+        partition_id=pid, num_clients=n, data_dir=data_dir or "")
+    return () if adv is None else (adv,)
 
 
 build_agent.cache_clear = _build_agent.cache_clear  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """Wire dataclasses: everything that crosses between server and clients, with strict validation.
 
-No Flower import here: :mod:`pfedma_flwr.protocol` turns these into Flower records. Every
+No Flower import here: :mod:`pfedma_flwr.protocol.codec` turns these into Flower records. Every
 ``from_dict`` validates types, ranges, finiteness and size caps, and raises
 :class:`SchemaError` naming the offending field, so a hostile or malformed client reply is
 rejected with a reason instead of crashing the server loop.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pfedma_flwr.answers import ANSWER_KINDS
-from pfedma_flwr.validation import (
+from pfedma_flwr.protocol.validation import (
     DEFAULT_LIMITS,
     Limits,
     SchemaError,

@@ -19,13 +19,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pfedma_flwr.embeddings import Embedder, cosine_matrix
-from pfedma_flwr.evaluation.intent_categories import (
+from pfedma_flwr.anomaly.intent_categories import (
     DEFAULT_BENIGN_CALIBRATION,
     DEFAULT_INTENT_CATEGORIES,
     PIECE_CHARS,
     split_sentences,
 )
+from pfedma_flwr.embeddings import Embedder, cosine_matrix
 from pfedma_flwr.registry import Registry
 
 logger = logging.getLogger(__name__)

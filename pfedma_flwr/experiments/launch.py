@@ -8,9 +8,9 @@ streams its log, checks the run status and the result files, and stops the Super
 A run Flower calls completed still fails here when its ``summary.json`` says otherwise
 (``failed:generation``: most agent answers failed, e.g. a dead model endpoint): exit code 2.
 While the run goes it prints one line per finished query and Flower round
-(:class:`pfedma_flwr.progress.LiveProgress`, read from the run's JSONL files), feeds the round
-records to an optional tracker (``--tracking``), and passes ``--log-level`` to every process of
-the run (``PFEDMA_LOG_LEVEL``).
+(:class:`pfedma_flwr.server.progress.LiveProgress`, read from the run's JSONL files), feeds
+the round records to an optional tracker (``--tracking``), and passes ``--log-level`` to every
+process of the run (``PFEDMA_LOG_LEVEL``).
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from typing import Any
 
 import httpx
 
+from pfedma_flwr.logs import ANSI, LOG_LEVEL_ENV, LOG_LEVELS, plain_log_line
 from pfedma_flwr.persistence import private_dir
-from pfedma_flwr.progress import ANSI, LOG_LEVEL_ENV, LOG_LEVELS, LiveProgress, plain_log_line
 from pfedma_flwr.resources import app_dir
 from pfedma_flwr.resources import data_dir as default_data_dir
+from pfedma_flwr.server.progress import LiveProgress
 
 # the clone's root, or the installed package's minimal app dir (pfedma_flwr/resources.py)
 APP_DIR = app_dir()
@@ -215,14 +216,14 @@ def run(
 
     ``cpus_per_client=None`` derives it from the configuration (:func:`cpus_per_client_for`).
     ``progress`` prints a line per finished query and round; ``tracking`` names the
-    experiment tracker fed with the round records (:mod:`pfedma_flwr.tracking`; ``none``:
-    off), writing under ``tracking_dir`` (default ``<output-dir>/tracking``).
+    experiment tracker fed with the round records (:mod:`pfedma_flwr.experiments.tracking`;
+    ``none``: off), writing under ``tracking_dir`` (default ``<output-dir>/tracking``).
     ``gpus_per_client`` is the Ray GPU share each ClientApp reserves: 0 (the default) for
     clients whose model runs elsewhere (an endpoint, llama.cpp on CPU), so a one-GPU box
     leaves its GPU to the model server.
     """
-    from pfedma_flwr import tracking as trk
     from pfedma_flwr.config import ConfigError
+    from pfedma_flwr.experiments import tracking as trk
 
     try:
         if cpus_per_client is None:
@@ -426,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     # (experiments.runner), so this module never imports the harness back.
     a = p.parse_args(argv)
     if a.log_level:
-        from pfedma_flwr.progress import configure_logging
+        from pfedma_flwr.logs import configure_logging
 
         configure_logging(a.log_level)
     return run(

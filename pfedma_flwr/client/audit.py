@@ -131,8 +131,8 @@ def summarize_audit_log(path: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pfedma_flwr.audit <audit.jsonl>``: print the summary as JSON."""
-    p = argparse.ArgumentParser(prog="python -m pfedma_flwr.audit", description=__doc__)
+    """``python -m pfedma_flwr.client.audit <audit.jsonl>``: print the summary as JSON."""
+    p = argparse.ArgumentParser(prog="python -m pfedma_flwr.client.audit", description=__doc__)
     p.add_argument("path", help="a client's audit JSONL file (in its state-dir)")
     a = p.parse_args(argv)
     sys.stdout.write(json.dumps(summarize_audit_log(a.path), indent=2, sort_keys=True) + "\n")

@@ -2,7 +2,7 @@
 
 Each message carries a single ``ConfigRecord`` under :data:`PAYLOAD_KEY` whose ``json`` value is
 the dataclass as JSON (``schema_version`` inside). Decoding never raises anything but
-:class:`~pfedma_flwr.schema.SchemaError`, whose text names the offending field.
+:class:`~pfedma_flwr.protocol.schema.SchemaError`, whose text names the offending field.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Any, TypeVar
 
 from flwr.app import ConfigRecord, MessageType, RecordDict
 
-from pfedma_flwr.schema import (
+from pfedma_flwr.protocol.schema import (
     DEFAULT_LIMITS,
     ClientReply,
     Limits,
     RespondInstruction,
     SchemaError,
 )
-from pfedma_flwr.validation import excerpt
+from pfedma_flwr.protocol.validation import excerpt
 
-# Flower-free wire types live in pfedma_flwr.wire; re-exported so existing imports keep working.
-from pfedma_flwr.wire import (  # noqa: F401
+# Flower-free wire types live in pfedma_flwr.protocol.wire; re-exported for the shells.
+from pfedma_flwr.protocol.wire import (  # noqa: F401
     IDENTITY_MODES,
     ClientDescription,
     assign_client_keys,
