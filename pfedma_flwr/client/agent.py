@@ -1,9 +1,9 @@
 """The client agent ``A_i`` (no Flower): adapt global rules, answer in one batch, enforce, share.
 
 What leaves this module (a :class:`~pfedma_flwr.protocol.schema.ClientReply`) is only
-privacy-processed
-responses ``r̃``, generalized candidates ``ω̄ = P_gen(ω)`` and Δ-count feedback. Raw responses,
-``D_i``, ``X_i`` and the local rules (with their literals) stay in :class:`AgentState`.
+privacy-processed responses ``r̃``, generalized candidates ``ω̄ = P_gen(ω)`` and Δ-count
+feedback. Raw responses, ``D_i``, ``X_i`` and the local rules (with their literals) stay in
+:class:`AgentState`.
 """
 
 from __future__ import annotations
