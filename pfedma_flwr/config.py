@@ -225,7 +225,7 @@ class ProtocolConfig:
     max_payload_chars: int = 16_000_000
 
     def limits(self) -> Limits:
-        """The validation caps for :mod:`pfedma_flwr.protocol.codec`."""
+        """The validation caps of the wire (:mod:`pfedma_flwr.protocol`)."""
         return Limits(max_text_chars=self.max_text_chars, max_claims=self.max_claims,
                       max_evidence=self.max_evidence, max_items=self.max_items,
                       max_rules=self.max_rules, max_payload_chars=self.max_payload_chars)

@@ -178,10 +178,13 @@ def test_config_validates_the_adversary_section(override):
         load_config({"config-name": "tiny", "overrides": override})
 
 
-def _agent(adversary: Adversary | None, backend: MockBackend) -> ClientAgent:
+def _hooked(backend: MockBackend, *hooks: AgentHook) -> ClientAgent:
     return ClientAgent(profile=get_profile("mathematician"), backend=backend, private_data=[],
-                       embedder=HashingEmbedder(), recognizer=None, few_shot=0,
-                       hooks=() if adversary is None else (adversary,))
+                       embedder=HashingEmbedder(), recognizer=None, few_shot=0, hooks=hooks)
+
+
+def _agent(adversary: Adversary | None, backend: MockBackend) -> ClientAgent:
+    return _hooked(backend) if adversary is None else _hooked(backend, adversary)
 
 
 def _ask(agent: ClientAgent, text: str = "Tom has 5 apples and buys 7 more. How many?"):
@@ -226,10 +229,7 @@ class _Tag(AgentHook):
 
 def test_hooks_run_in_order_around_the_honest_agent():
     backend = MockBackend()
-    agent = ClientAgent(profile=get_profile("mathematician"), backend=backend, private_data=[],
-                        embedder=HashingEmbedder(), recognizer=None, few_shot=0,
-                        hooks=(_Tag("a"), _Tag("b")))
-    reply = _ask(agent)
+    reply = _ask(_hooked(backend, _Tag("a"), _Tag("b")))
     assert backend.prompts[-1][-1]["content"].endswith("How many? [a] [b]")
     # the mock answers the last number of what it saw (7); a runs first, then b
     assert reply.responses[0].response.final_answer == "7ab"
@@ -237,9 +237,7 @@ def test_hooks_run_in_order_around_the_honest_agent():
 
 def test_the_base_hook_changes_nothing():
     plain = _ask(_agent(None, MockBackend()))
-    hooked = _ask(ClientAgent(profile=get_profile("mathematician"), backend=MockBackend(),
-                              private_data=[], embedder=HashingEmbedder(), recognizer=None,
-                              few_shot=0, hooks=(AgentHook(),)))
+    hooked = _ask(_hooked(MockBackend(), AgentHook()))
     assert hooked.responses[0].response == plain.responses[0].response
 
 
