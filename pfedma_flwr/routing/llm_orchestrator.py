@@ -13,6 +13,7 @@ time exactly what it saw in training.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
@@ -56,10 +57,12 @@ SYSTEM_PROMPT = (
     "  <select>ID1,ID2</select>  ask 1 to {k_max} distinct agents, ids from the list\n"
     "  <stop/>                  stop and keep z as the final answer (only once z exists)\n"
     "Write nothing after the action. Do not answer the query yourself.\n"
-    # Measured (docs/accuracy.md): without an example the untrained embedded model restated
-    # the query inside <think> and stopped, so all 40 decisions of a 20-question run failed.
-    "Example replies (agent-7 stands for an id copied from the candidate list):\n"
-    "<think>agent-7 covers the query's domain with the highest C.</think><select>agent-7</select>\n"
+    # Measured (docs/training.md): without an example the untrained embedded model restated
+    # the query inside <think> and stopped, so all 40 decisions of a 20-question run failed;
+    # with a placeholder id in the example it copied the placeholder (35 of 40 unknown_id).
+    # So the example names a real candidate, drawn per query (example_id), not a favourite.
+    "Example replies ({example} is one id from the candidate list):\n"
+    "<think>{example} covers the query's domain.</think><select>{example}</select>\n"
     "<think>z has full support from reliable agents.</think><stop/>"
 )
 
@@ -198,8 +201,27 @@ def build_prompt(
             f"asked_this_query={'yes' if c.asked_for_this_query else 'no'}; cost={cost_s}"
             + (f"; reasoning={c.reasoning}" if c.reasoning else "")
         )
-    return [{"role": "system", "content": SYSTEM_PROMPT.format(k_max=k_max)},
+    system = SYSTEM_PROMPT.format(k_max=k_max, example=example_id(query.query_id, candidates))
+    return [{"role": "system", "content": system},
             {"role": "user", "content": "\n".join(lines)}]
+
+
+def example_id(query_id: str, candidates: Sequence[CandidateState]) -> str:
+    """The candidate id the prompt's example reply names: one drawn by a stable hash of the query.
+
+    A real id, so a policy that copies the example still takes a valid action; drawn per query
+    rather than fixed (the first or the best candidate), so copying it is uninformed routing
+    and does not pass the heuristic's choice to the policy. Stable across rounds, processes
+    and ``PYTHONHASHSEED`` (the conversation of a query keeps one system prompt).
+
+    >>> example_id("q", [])
+    'agent'
+    """
+    if not candidates:
+        return "agent"
+    ids = sorted(c.client_id for c in candidates)
+    digest = hashlib.blake2b(str(query_id).encode(), digest_size=8).digest()
+    return ids[int.from_bytes(digest, "big") % len(ids)]
 
 
 class _Result(Protocol):

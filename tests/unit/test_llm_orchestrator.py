@@ -14,6 +14,7 @@ from pfedma_flwr.routing.llm_orchestrator import (
     FAILURE_REASONS,
     FormatFailure,
     build_prompt,
+    example_id,
     parse_action,
     through_first_action,
 )
@@ -304,12 +305,28 @@ def test_text_after_the_action_is_dropped_text_before_it_still_fails():
     assert o.state()["format_failures_by_reason"] == {"extra_text": 1}
 
 
-def test_the_system_prompt_shows_one_reply_of_each_action():
-    system = build_prompt(Q, None, cands(), round=1, k_max=2)[0]["content"]
-    examples = system.split("Example replies")[1].split("\n", 1)[1].strip().splitlines()
-    parsed = [parse_action(e, ["agent-7"], 2) for e in examples]
-    assert parsed == [Selection(clients=("agent-7",), reason="llm"),
-                      Selection(stop=True, reason="llm")]
+def _examples(query):
+    system = build_prompt(query, None, cands(), round=1, k_max=2)[0]["content"]
+    return system.split("Example replies")[1].split("\n", 1)[1].strip().splitlines()
+
+
+def test_the_system_prompt_shows_one_valid_reply_of_each_action():
+    # copying an example is a valid action on this prompt's own candidate list
+    parsed = [parse_action(e, ["a", "b"], 2) for e in _examples(Q)]
+    assert parsed[1] == Selection(stop=True, reason="llm")
+    assert parsed[0] in (Selection(clients=("a",), reason="llm"),
+                         Selection(clients=("b",), reason="llm"))
+
+
+def test_the_example_id_is_drawn_per_query_and_stable():
+    queries = [OrchestratorQuery(f"q{i}", "x", "math") for i in range(40)]
+    picks = [example_id(q.query_id, cands()) for q in queries]
+    # both candidates are named by some query: no fixed favourite (P(all one id) = 2 * 2**-40)
+    assert set(picks) == {"a", "b"}
+    # the same query always names the same id, whatever order the candidates come in
+    assert picks == [example_id(q.query_id, cands()[::-1]) for q in queries]
+    assert _examples(queries[0]) == _examples(queries[0])
+    assert example_id("q", []) == "agent"
 
 
 def test_stop_before_any_answer_is_a_failure_that_falls_back():
