@@ -10,7 +10,7 @@ Each component receives only its own section.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +214,12 @@ class EmbeddingConfig:
 
 @dataclass
 class ProtocolConfig:
-    """Caps on untrusted payloads."""
+    """Caps on untrusted payloads: the fields of :class:`~pfedma_flwr.protocol.validation.Limits`.
+
+    Limits is frozen (a value the decoders share) and OmegaConf needs a mutable node, so the
+    fields are listed again here; ``tests/unit/test_protocol_config.py`` fails when the two
+    lists or their defaults differ, and :meth:`limits` copies every field by name.
+    """
 
     max_text_chars: int = 8000
     max_claims: int = 16
@@ -223,12 +228,14 @@ class ProtocolConfig:
     max_rules: int = 512
     # whole reply cap in characters, checked before parsing
     max_payload_chars: int = 16_000_000
+    # ids (query, rule, client keys, domains) are echoed in round logs and prompts
+    max_id_chars: int = 128
+    # JSON nesting of a message (a valid one nests 7 deep)
+    max_depth: int = 16
 
     def limits(self) -> Limits:
         """The validation caps of the wire (:mod:`pfedma_flwr.protocol`)."""
-        return Limits(max_text_chars=self.max_text_chars, max_claims=self.max_claims,
-                      max_evidence=self.max_evidence, max_items=self.max_items,
-                      max_rules=self.max_rules, max_payload_chars=self.max_payload_chars)
+        return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
 
 
 @dataclass

@@ -74,7 +74,7 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Size caps for untrusted payloads (configurable under ``protocol.limits``)."""
+    """Size caps for untrusted payloads (configurable in the config section ``protocol``)."""
 
     max_text_chars: int = 8000
     max_claims: int = 16

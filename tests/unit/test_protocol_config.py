@@ -181,3 +181,16 @@ def test_reasoning_way_applies_to_computed_answers_only():
     assert reasoning_way("program", "number") == "program"
     assert [reasoning_way("program", k) for k in ("option", "math", "text")] == ["cot"] * 3
     assert reasoning_way("cot", "number") == "cot"
+
+
+def test_protocol_config_lists_every_limit_with_its_default():
+    # the config section is Limits' mutable twin: same fields, same defaults, all configurable
+    from dataclasses import fields
+
+    from pfedma_flwr.config import ProtocolConfig
+    from pfedma_flwr.protocol.validation import Limits
+
+    assert ([(f.name, f.default) for f in fields(ProtocolConfig)]
+            == [(f.name, f.default) for f in fields(Limits)])
+    cfg = load_config({"overrides": "protocol.max_id_chars=40 protocol.max_depth=9"})
+    assert cfg.protocol.limits() == Limits(max_id_chars=40, max_depth=9)
