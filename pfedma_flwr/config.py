@@ -131,7 +131,7 @@ class RoutingConfig:
     # reasoning the query has not had yet (heuristic and llm fallback; docs/accuracy.md)
     mix_reasoning: bool = True
     # refinement wording: independent (re-solve from scratch, earlier answers only listed) |
-    # verify (the candidate answer and its claims, asking to verify it)
+    # verify (the candidate answer and its claims, asking to verify it) | module:attr (a Refiner)
     refine_style: str = "independent"
     # USD per million tokens by profile backbone ("default": the agent backend); the cost of
     # each query in queries.jsonl and the candidates' cost in the llm orchestrator's prompt

@@ -67,8 +67,9 @@ def config_problems(cfg: PFedMAConfig) -> list[str]:
         (-1.0 <= cfg.agent.lesson_min_sim <= 1.0, "agent.lesson_min_sim must be in [-1, 1]"),
         (all(v >= 0 for v in r.prices.values()),
          f"routing.prices must be USD per million tokens >= 0, got {dict(r.prices)}"),
-        (r.refine_style in REFINE_STYLES,
-         f"routing.refine_style must be one of {REFINE_STYLES}, got {r.refine_style!r}"),
+        (r.refine_style in REFINE_STYLES or ":" in r.refine_style,
+         f"routing.refine_style must be one of {REFINE_STYLES} or a module:attr refiner, "
+         f"got {r.refine_style!r}"),
         (0.0 <= cfg.adversary.ratio <= 1.0,
          f"adversary.ratio must be in [0,1], got {cfg.adversary.ratio}"),
         (cfg.adversary.kind in ADVERSARY_KINDS,

@@ -4,11 +4,18 @@ The next round's query is the original task plus a compact, bounded summary of t
 collaboration state: candidate answer, its support, its main claims, the dissenting answers
 and disputed claims, and a request to verify. ``-RQ`` resends the task unchanged. The summary
 only repeats privacy-processed content that clients already uploaded.
+
+The summary is a plug-in (:data:`REFINERS`, config ``routing.refine_style``): a
+:class:`Refiner` maps ``z`` to the text sent beside the task; ``independent`` and ``verify``
+are registered, and ``module:attr`` names an outside one.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pfedma_flwr.aggregation.consensus import CollabState
+from pfedma_flwr.registry import Registry
 
 DEFAULT_MAX_CHARS = 1200
 _ITEM_CHARS = 200
@@ -78,6 +85,34 @@ def refinement_text(
             break
         kept.append(line)
     return "\n".join([*kept, ask])
+
+
+class Refiner(Protocol):
+    """``z^t`` → the refinement text of round ``t+1`` (``""``: send the task alone).
+
+    The text reaches every selected agent after the server's query rules ``P_in``, so a
+    refiner sees only what clients uploaded (privacy-processed) and must keep it bounded.
+    """
+
+    def __call__(self, z: CollabState | None) -> str:
+        """The refinement text for ``z``."""
+        ...
+
+
+#: refinement styles by name (config ``routing.refine_style``; ``module:attr`` for others)
+REFINERS: Registry[Refiner] = Registry("refiner")
+
+
+@REFINERS.register("independent")
+def independent_refiner(z: CollabState | None) -> str:
+    """:func:`refinement_text` in the ``independent`` style (the default)."""
+    return refinement_text(z, style="independent")
+
+
+@REFINERS.register("verify")
+def verify_refiner(z: CollabState | None) -> str:
+    """:func:`refinement_text` in the ``verify`` style (the seed's wording)."""
+    return refinement_text(z, style="verify")
 
 
 def refine_query(

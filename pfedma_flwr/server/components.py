@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pfedma_flwr.agents.backends.configured import make_configured_backend
+from pfedma_flwr.aggregation.refinement import REFINERS
 from pfedma_flwr.anomaly.judges import JUDGES, Judge
 from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
@@ -66,9 +67,9 @@ def build_global_rules(cfg: PFedMAConfig, embedder: Embedder,
 
 #: ``customize(cfg, parts) -> replacements``: a strategy's own engine components. ``parts``
 #: holds ``embedder``, ``recognizer`` and ``settings``; the mapping returned may replace
-#: ``settings`` and add ``orchestrator`` / ``aggregator`` (strategies/registry.py).
+#: ``settings`` and add ``orchestrator`` / ``aggregator`` / ``refiner`` (strategies/registry.py).
 EngineCustomizer = Callable[[PFedMAConfig, dict[str, Any]], Mapping[str, Any]]
-_CUSTOMIZABLE = frozenset({"settings", "orchestrator", "aggregator"})
+_CUSTOMIZABLE = frozenset({"settings", "orchestrator", "aggregator", "refiner"})
 
 
 def build_engine(
@@ -99,6 +100,8 @@ def build_engine(
         parts.update(extra)
     if "orchestrator" not in parts:  # built only when used (the llm one loads a model)
         parts["orchestrator"] = build_orchestrator(cfg, embedder)
+    if "refiner" not in parts:  # routing.refine_style: a registered name or module:attr
+        parts["refiner"] = REFINERS.get(parts["settings"].refine_style)
     return CollaborationEngine(
         tasks=tasks, judge=build_judge(cfg, embedder),
         rules=build_global_rules(cfg, embedder, parts["settings"].rule_mode),

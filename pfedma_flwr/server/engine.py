@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggregate
-from pfedma_flwr.aggregation.refinement import refinement_text
+from pfedma_flwr.aggregation.refinement import REFINERS, Refiner
 from pfedma_flwr.anomaly.judges import Judge
 from pfedma_flwr.anomaly.scores import evaluate_batch, similarity_to
 from pfedma_flwr.baselines import hooks
@@ -23,6 +23,7 @@ from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import knowledge_domain
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import ClientReply, RespondInstruction, RoutedQuery
+from pfedma_flwr.protocol.validation import DEFAULT_LIMITS
 from pfedma_flwr.protocol.wire import ClientDescription, reasoning_way
 from pfedma_flwr.routing.orchestrator import (
     CandidateState,
@@ -75,6 +76,7 @@ class CollaborationEngine:
         recognizer: PiiRecognizer | None, settings: EngineSettings,
         on_query_end: Callable[[dict[str, Any]], None] | None = None,
         aggregator: Callable[..., CollabState] | None = None,
+        refiner: Refiner | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("CollaborationEngine needs at least one task")
@@ -84,6 +86,7 @@ class CollaborationEngine:
         self.orchestrator, self.judge, self.embedder = orchestrator, judge, embedder
         self.rules, self.routing, self.recognizer = rules, routing, recognizer
         self.on_query_end, self.aggregate = on_query_end, aggregator or aggregate
+        self.refine: Refiner = refiner or REFINERS.get(settings.refine_style)
         self._tasks = list(tasks)
         self._task_ids = [t.task_id for t in tasks]
         self._pending = list(tasks)[::-1]
@@ -244,7 +247,7 @@ class CollaborationEngine:
             text, fired = apply_query_rules(q.task.question, global_rules, self.recognizer,
                                             quarantine=self.rules)
             # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
-            ref = refinement_text(q.z, style=s.refine_style) if q.t and s.refine_query else ""
+            ref = self._refinement(q) if q.t and s.refine_query else ""
             if ref:
                 ref, fired_ref = apply_query_rules(ref, global_rules, self.recognizer,
                                                   quarantine=self.rules)
@@ -379,6 +382,16 @@ class CollaborationEngine:
         return None
 
     # ------------------------------------------------------------------ finishing
+
+    def _refinement(self, q: QueryState) -> str:
+        """The configured refiner's text for ``q.z``, checked: a plug-in returns a string."""
+        ref = self.refine(q.z)
+        if not isinstance(ref, str):
+            raise TypeError(f"refiner {self.settings.refine_style!r} returned "
+                            f"{type(ref).__name__} for {q.task.task_id}, expected str")
+        # clients reject a query field over the wire cap, so an overlong text would cost the
+        # round every answer; keep its start instead
+        return ref[:DEFAULT_LIMITS.max_text_chars]
 
     def _finish(self, q: QueryState, reason: str) -> None:
         self._active.remove(q)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,35 @@ def test_router_turns_ask_a_new_expert_and_show_the_earlier_answer(federation, t
         assert first != second  # not yet consulted first
     late = [q for _n, ins in _respond_instructions(grid) for q in ins.queries if q.round == 2]
     assert late and all("- Agent 1: '42'" in q.refinement for q in late)
+
+
+def recheck_refiner(z: Any) -> str:
+    """An outside refiner (``routing.refine_style=module:attr``)."""
+    return f"Re-check {z.answer!r}." if z is not None and not z.empty else ""
+
+
+def test_a_refiner_from_outside_the_repo_writes_the_round_two_refinement(federation):
+    count = itertools.count()  # every answer differs: no consensus, so every query has round 2
+    _, grid = federation(num_nodes=4, responder=lambda msgs: answer_json(str(next(count))),
+                         overrides=f"routing.refine_style={HERE}:recheck_refiner")
+    late = [q for _n, ins in _respond_instructions(grid) for q in ins.queries if q.round == 2]
+    assert late and all(re.fullmatch(r"Re-check '\d+'\.", q.refinement) for q in late)
+    early = [q for _n, ins in _respond_instructions(grid) for q in ins.queries if q.round == 1]
+    assert early and all(q.refinement == "" for q in early)
+
+
+def bad_refiner(z: Any) -> Any:
+    return 42
+
+
+def test_refiner_names_are_checked(federation):
+    with pytest.raises(ConfigError, match=r"routing.refine_style must be one of "
+                                          r"\('independent', 'verify'\) or a module:attr"):
+        federation(overrides="routing.refine_style=nope")
+    count = itertools.count()
+    with pytest.raises(TypeError, match=r"refiner '.*:bad_refiner' returned int"):
+        federation(responder=lambda msgs: answer_json(str(next(count))),
+                   overrides=f"routing.refine_style={HERE}:bad_refiner")
 
 
 class _CrashingGrid(FakeGrid):

@@ -56,3 +56,12 @@ def test_independent_style_lists_answers_without_the_candidates_reasoning():
     assert "Verify" not in text and "from scratch" in text
     with pytest.raises(ValueError, match="style"):
         refinement_text(Z, style="anchor")
+
+
+def test_the_registered_refiners_are_the_two_styles():
+    from pfedma_flwr.aggregation.refinement import REFINERS
+
+    assert REFINERS.names() == ["independent", "verify"]
+    for style in REFINERS.names():
+        assert REFINERS.get(style)(Z) == refinement_text(Z, style=style)
+        assert REFINERS.get(style)(None) == ""
