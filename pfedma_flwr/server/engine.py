@@ -387,7 +387,8 @@ class CollaborationEngine:
         """The configured refiner's text for ``q.z``, checked: a plug-in returns a string."""
         ref = self.refine(q.z)
         if not isinstance(ref, str):
-            raise TypeError(f"refiner {self.settings.refine_style!r} returned "
+            name = getattr(self.refine, "__qualname__", type(self.refine).__name__)
+            raise TypeError(f"refiner {name!r} returned "
                             f"{type(ref).__name__} for {q.task.task_id}, expected str")
         # clients reject a query field over the wire cap, so an overlong text would cost the
         # round every answer; keep its start instead

@@ -152,7 +152,7 @@ def test_refiner_names_are_checked(federation):
                                           r"\('independent', 'verify'\) or a module:attr"):
         federation(overrides="routing.refine_style=nope")
     count = itertools.count()
-    with pytest.raises(TypeError, match=r"refiner '.*:bad_refiner' returned int"):
+    with pytest.raises(TypeError, match=r"refiner 'bad_refiner' returned int"):
         federation(responder=lambda msgs: answer_json(str(next(count))),
                    overrides=f"routing.refine_style={HERE}:bad_refiner")
 
