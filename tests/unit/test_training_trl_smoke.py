@@ -17,10 +17,12 @@ from datasets import Dataset  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from pfedma_flwr.config import load_config  # noqa: E402
 from pfedma_flwr.embeddings import HashingEmbedder  # noqa: E402
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator, build_prompt  # noqa: E402
 from pfedma_flwr.routing.orchestrator import CandidateState, OrchestratorQuery  # noqa: E402
 from pfedma_flwr.routing.state import RoutingState  # noqa: E402
+from pfedma_flwr.server.components import build_orchestrator  # noqa: E402
 from pfedma_flwr.server.query_state import EngineSettings  # noqa: E402
 from pfedma_flwr.training.episode import PolicyBackend, run_episode  # noqa: E402
 from pfedma_flwr.training.reward import compute_score  # noqa: E402
@@ -78,3 +80,24 @@ def test_two_grpo_steps_with_the_episode_reward(tmp_path):
     assert all(r <= 0.2 + 1e-9 for ok, r in scored if not ok)
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert logged
+    # the trained policy, saved as a Hugging Face directory, is the configured `llm`
+    # orchestrator again (docs/training.md "Using the trained checkpoint")
+    ckpt = tmp_path / "checkpoint"
+    trainer.save_model(str(ckpt))
+    tok.save_pretrained(str(ckpt))
+    cfg = load_config({"overrides": f"routing.orchestrator=llm strategy.k_max=2 "
+                                    f"routing.llm_backend.name=transformers "
+                                    f"routing.llm_backend.model={ckpt} "
+                                    f"routing.llm_backend.max_tokens=16"})
+    orch = build_orchestrator(cfg, EMB)
+    assert isinstance(orch, LLMOrchestrator)
+    q = OrchestratorQuery(TASK.task_id, TASK.question, "math")
+    cands = [CandidateState(c, RoutingState(), d.description, None, False, d.domains)
+             for c, d in clients().items()]
+    sel = orch.select(q, None, cands, round=1)
+    # the checkpoint generated the reply (a 2-step random policy rarely parses: then the
+    # heuristic routes, and the failure is counted)
+    st = orch.state()
+    assert st["decisions"] == 1 and st["tokens"] > 0
+    assert sel.clients and set(sel.clients) <= set(clients())
+    assert sel.reason == "llm" or st["format_failures"] == 1
