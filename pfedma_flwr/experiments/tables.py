@@ -59,8 +59,17 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
-        return f"{v:.2f}"
+        # USD per query is ~1e-4 at a cheap backbone's prices: two decimals read 0.00
+        return f"{v:.3g}" if 0 < abs(v) < 0.1 else f"{v:.2f}"
     return str(v)
+
+
+def _csv(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}" if 0 < abs(v) < 0.1 else f"{v:.4f}"
+    return v
 
 
 def write_tables(preset: ExperimentPreset, rows: Sequence[dict[str, Any]], out_dir: Path
@@ -72,8 +81,7 @@ def write_tables(preset: ExperimentPreset, rows: Sequence[dict[str, Any]], out_d
         w = csv.writer(f)
         w.writerow(header)
         for row in body:
-            w.writerow(["" if v is None else (f"{v:.4f}" if isinstance(v, float) else v)
-                        for v in row])
+            w.writerow([_csv(v) for v in row])
     lines = [f"# {preset.name}", "", preset.description.strip(), "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in body]

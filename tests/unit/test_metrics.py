@@ -215,3 +215,12 @@ def test_metric_summary_dict() -> None:
         MetricSummary(lpa=0.5, guard=g)
     with pytest.raises(ValueError, match=r"MetricSummary.asr must be a fraction"):
         MetricSummary(asr=30.8)
+
+
+def test_small_costs_keep_their_digits_in_the_tables():
+    # USD per query at 0.2 USD per million tokens and ~1,000 tokens: 2.1e-4, not "0.00"
+    from pfedma_flwr.experiments.tables import _csv, _fmt
+
+    assert _fmt(0.00021129) == "0.000211" and _csv(0.00021129) == "0.00021129"
+    assert _fmt(55.0) == "55.00" and _csv(55.0) == "55.0000"
+    assert _fmt(0.0) == "0.00" and _fmt(None) == "n/a" and _csv(None) == ""
