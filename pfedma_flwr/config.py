@@ -133,8 +133,9 @@ class RoutingConfig:
     # refinement wording: independent (re-solve from scratch, earlier answers only listed) |
     # verify (the candidate answer and its claims, asking to verify it) | module:attr (a Refiner)
     refine_style: str = "independent"
-    # USD per million tokens by profile backbone ("default": the agent backend); the cost of
-    # each query in queries.jsonl and the candidates' cost in the llm orchestrator's prompt
+    # USD per million tokens by profile backbone ("default": the agent backend; "orchestrator":
+    # the llm orchestrator's own tokens, else the default); the cost of each query in
+    # queries.jsonl and the candidates' cost in the llm orchestrator's prompt
     prices: dict[str, float] = field(default_factory=dict)
     # backend of the llm orchestrator (used only when orchestrator = llm; docs/training.md)
     llm_backend: BackendConfig = field(default_factory=lambda: BackendConfig(max_tokens=256))

@@ -98,6 +98,12 @@ def observe_outcome(orchestrator: Any, q: QueryState) -> None:
                          history=tuple(q.history), z=q.z))
 
 
+def orchestrator_tokens(orchestrator: Any) -> int:
+    """Tokens the orchestrator has spent so far (its ``tokens`` counter; 0 without one)."""
+    n = getattr(orchestrator, "tokens", 0)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
+
+
 def orchestrator_state(orchestrator: Any) -> dict[str, Any] | None:
     """The orchestrator's checkpoint entry (``None`` when it keeps no state)."""
     fn = getattr(orchestrator, "state_dict", None)

@@ -229,11 +229,17 @@ class CollaborationEngine:
             domain = knowledge_domain(q.task.domain)
             kind = q.task.answer_kind
             candidates = [candidate(c, c in q.asked, kind) for c in room]
+            spent = hooks.orchestrator_tokens(self.orchestrator)
             sel = self.orchestrator.select(
                 OrchestratorQuery(query_id=q.task.task_id, text=q.task.question, domain=domain,
                                   embedding=q_embs[k]),
                 q.z, candidates, round=q.t + 1, k_max=s.k_max,
             )
+            # the routing policy's own tokens are part of the query's cost (an LLM policy
+            # spent ~2x the agents' tokens in docs/training.md)
+            spent = max(0, hooks.orchestrator_tokens(self.orchestrator) - spent)
+            q.orchestrator_tokens += spent
+            q.cost += spent * s.price("orchestrator") / 1e6
             try:
                 sel = validate_selection(sel, room, s.k_max)
             except ValueError as e:

@@ -91,8 +91,11 @@ class QueryState:
     tokens: int = 0
     backend_calls: float = 0.0
     query_rules_fired: int = 0
-    # USD of the query's tokens at the routing.prices of each answering client's backbone
+    # USD of the query's tokens at the routing.prices of each answering client's backbone,
+    # plus the routing policy's own tokens (an LLM orchestrator) at prices["orchestrator"]
     cost: float = 0.0
+    # tokens the orchestrator spent deciding this query's rounds (0 for a heuristic policy)
+    orchestrator_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Checkpoint form (between rounds, so ``routed`` is empty and not stored)."""
@@ -105,7 +108,7 @@ class QueryState:
                         for r in self.history],
             "asked": sorted(self.asked), "selections": self.selections, "tokens": self.tokens,
             "backend_calls": self.backend_calls, "query_rules_fired": self.query_rules_fired,
-            "cost": self.cost,
+            "cost": self.cost, "orchestrator_tokens": self.orchestrator_tokens,
         }
 
     @classmethod
@@ -124,6 +127,7 @@ class QueryState:
             tokens=int(d.get("tokens", 0)), backend_calls=float(d.get("backend_calls", 0.0)),
             query_rules_fired=int(d.get("query_rules_fired", 0)),
             cost=float(d.get("cost", 0.0)),
+            orchestrator_tokens=int(d.get("orchestrator_tokens", 0)),
         )
 
 
@@ -138,7 +142,7 @@ def finish_record(q: QueryState, reason: str) -> dict[str, Any]:
         "rounds": q.t, "stop_reason": reason, "selections": q.selections,
         "support": q.z.support if q.z is not None else 0.0, "tokens": q.tokens,
         "backend_calls": round(float(q.backend_calls), 3), "cost": round(q.cost, 8),
-        "query_rules_fired": q.query_rules_fired,
+        "orchestrator_tokens": q.orchestrator_tokens, "query_rules_fired": q.query_rules_fired,
         # z's claims: what the analysis judges besides the answer (attack success, leakage)
         "z_claims": list(q.z.claims) if q.z is not None else [],
     }
@@ -166,6 +170,8 @@ def query_metrics(finished: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "tokens_per_query": sum(r["tokens"] for r in finished) / n,
         "backend_calls_per_query": sum(r["backend_calls"] for r in finished) / n,
         "cost_per_query": sum(float(r.get("cost", 0.0)) for r in finished) / n,
+        "orchestrator_tokens_per_query": sum(int(r.get("orchestrator_tokens", 0))
+                                             for r in finished) / n,
         "stop_reasons": count(str(r["stop_reason"]) for r in finished),
     }
 

@@ -95,10 +95,15 @@ def test_preset_runs_at_tiny_size(name: str, tmp_path: Path):
         ffr = {r["labels"]["policy"]: r["metrics"]["FFR"] for r in result["rows"]}
         assert 0.0 <= ffr["llm"] <= 1.0
         assert math.isnan(ffr["heuristic"]) and math.isnan(ffr["all-agents"])
-        # routing.prices of the preset (0.2 USD per million tokens): cost = tokens x 0.2e-6
+        # routing.prices of the preset (0.2 USD per million tokens for every backbone and the
+        # orchestrator): cost = (agent tokens + the LLM policy's own tokens) x 0.2e-6
         for r in result["rows"]:
-            assert r["metrics"]["cost"] > 0, r["variant"]
-            assert abs(r["metrics"]["cost"] - r["metrics"]["tokens"] * 0.2e-6) < 1e-9
+            m = r["metrics"]
+            own = 0.0 if math.isnan(m["orchestrator_tokens"]) else m["orchestrator_tokens"]
+            assert m["cost"] > 0, r["variant"]
+            assert abs(m["cost"] - (m["tokens"] + own) * 0.2e-6) < 1e-9, r["variant"]
+        llm = next(r for r in result["rows"] if r["labels"]["policy"] == "llm")
+        assert llm["metrics"]["orchestrator_tokens"] > 0
     logger.warning("%s tiny:\n%s", name, md)
 
 

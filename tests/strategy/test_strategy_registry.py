@@ -198,3 +198,26 @@ def test_kabb_resumes_with_the_posterior_it_had(tmp_path: Path, monkeypatch):
     sel = {q["query_id"]: q["selections"] for q in read_jsonl(tmp_path / "ref" / "queries.jsonl")}
     for q in read_jsonl(tmp_path / "crash" / "queries.jsonl"):
         assert q["selections"] == sel[q["query_id"]]
+
+
+def test_the_llm_policys_own_tokens_are_part_of_each_querys_cost(federation, tmp_path):
+    # every backbone at 1 USD per million tokens: cost = (agent + orchestrator tokens) / 1e6
+    summary, _ = federation(num_nodes=4, responder=lambda msgs: answer_json("42"),
+                            overrides="routing.orchestrator=llm routing.llm_backend.name=mock "
+                                      "routing.prices.default=1.0")
+    queries = read_jsonl(tmp_path / "out" / "queries.jsonl")
+    assert len(queries) == 6 and all(q["orchestrator_tokens"] > 0 for q in queries)
+    for q in queries:
+        assert q["cost"] == pytest.approx((q["tokens"] + q["orchestrator_tokens"]) / 1e6,
+                                          abs=1e-8)
+    spent = summary["orchestrator"]["state"]["tokens"]
+    assert sum(q["orchestrator_tokens"] for q in queries) == spent
+    assert summary["orchestrator_tokens_per_query"] == pytest.approx(spent / 6)
+
+
+def test_a_heuristic_policy_costs_no_orchestrator_tokens(federation, tmp_path):
+    federation(num_nodes=4, responder=lambda msgs: answer_json("42"),
+               overrides="routing.prices.default=1.0")
+    for q in read_jsonl(tmp_path / "out" / "queries.jsonl"):
+        assert q["orchestrator_tokens"] == 0
+        assert q["cost"] == pytest.approx(q["tokens"] / 1e6, abs=1e-8)
