@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pfedma_flwr.aggregation.refinement import REFINE_STYLES
 from pfedma_flwr.rules.modes import RULE_MODES
 
 if TYPE_CHECKING:
@@ -17,7 +18,8 @@ ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
 PARTITIONS = ("iid", "dirichlet")
 ADVERSARY_KINDS = ("injection", "unreliable")
 ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
-REFINE_STYLES = ("independent", "verify")
+__all__ = ["ABLATIONS", "ADVERSARY_KINDS", "ATTACK_POOLS", "PARTITIONS", "REFINE_STYLES",
+           "config_problems"]
 
 
 def config_problems(cfg: PFedMAConfig) -> list[str]:

@@ -6,7 +6,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pfedma_flwr.agents.backends.configured import make_configured_backend
-from pfedma_flwr.aggregation.refinement import REFINERS
 from pfedma_flwr.anomaly.judges import JUDGES, Judge
 from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
@@ -100,8 +99,6 @@ def build_engine(
         parts.update(extra)
     if "orchestrator" not in parts:  # built only when used (the llm one loads a model)
         parts["orchestrator"] = build_orchestrator(cfg, embedder)
-    if "refiner" not in parts:  # routing.refine_style: a registered name or module:attr
-        parts["refiner"] = REFINERS.get(parts["settings"].refine_style)
     return CollaborationEngine(
         tasks=tasks, judge=build_judge(cfg, embedder),
         rules=build_global_rules(cfg, embedder, parts["settings"].rule_mode),
