@@ -152,18 +152,25 @@ def _task_lines(task_block: str) -> tuple[str, ...]:
 
 
 def guard_response(reply: GuardReply, task_block: str) -> StructuredResponse:
-    """The structured response of a guard decision: ``deny``/``allow`` and the rules as claims."""
+    """The structured response of a guard decision: ``deny``/``allow`` and the rules as claims.
+
+    Each claim restates the decision about *this* task and user (``... Task: ...``), with the
+    task block's lines as evidence, so the anomaly evaluator's evidence term sees a supported
+    claim whatever the decision (a bare "ACTION GRANTED" scored a_evi 0.97 against 0.62 for a
+    rule claim with MiniLM: allows would have been filtered first).
+    """
     evidence = _task_lines(task_block)
+    about = " ".join(evidence)[:300]
     claims: tuple[Claim, ...]
     if not reply.decided:
-        claims = (Claim(UNDECIDED_CLAIM, evidence[:1]),)
+        claims = (Claim(f"{UNDECIDED_CLAIM}. {about}", evidence),)
     elif not reply.denied:
-        claims = (Claim(GRANTED_CLAIM, evidence[:1]),)
+        claims = (Claim(f"{GRANTED_CLAIM}. {about}", evidence),)
     elif reply.rule_ids:
-        claims = tuple(Claim(f"{rid}: {safety_rule(rid).violation}", evidence)
+        claims = tuple(Claim(f"{rid}: {safety_rule(rid).violation}. {about}", evidence)
                        for rid in reply.rule_ids)
     else:
-        claims = (Claim(DENIED_CLAIM, evidence),)
+        claims = (Claim(f"{DENIED_CLAIM}. {about}", evidence),)
     return StructuredResponse(final_answer="deny" if reply.denied else "allow", claims=claims,
                               domain_fit=0.5, self_confidence=1.0 if reply.decided else 0.5)
 
