@@ -164,7 +164,9 @@ class ClientAgent:
         """State of a client on first participation: its initial local policy (issue 12).
 
         Rules: its profile domains' entity types and ``D_i``'s sensitive items as literals
-        (:func:`~pfedma_flwr.rules.policy.initial_local_rules`). ``X_i`` starts with ``D_i``'s
+        (:func:`~pfedma_flwr.rules.policy.initial_local_rules`); a client whose ``D_i`` holds
+        guard tasks (Mind2Web-SC) also the safety rules of its expertise
+        (:func:`~pfedma_flwr.rules.guard_rules.initial_guard_rules`). ``X_i`` starts with ``D_i``'s
         questions, so relevance of a global rule is measured on the client's own data from its
         first message on (``X_i`` never leaves the client).
         """
