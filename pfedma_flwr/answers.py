@@ -50,6 +50,24 @@ class AnswerKind(StrEnum):
 
 # The kinds' values, in declaration order: what validation and error messages list.
 ANSWER_KINDS: tuple[str, ...] = tuple(k.value for k in AnswerKind)
+
+
+class TaskFormat(StrEnum):
+    """How a client poses a task to its model and reads the reply (issue 28).
+
+    ``qa``: the task text is the question; the agent reasons and states ``The answer is ...``
+    (:mod:`pfedma_flwr.agents.reasoning`). ``guard``: a GuardAgent guard decision (Mind2Web-SC):
+    the client adds the safety rules *it holds* and asks for ``ACTION GRANTED/DENIED`` and the
+    violated rule (:mod:`pfedma_flwr.agents.guard`). ``tool_plan``: an ASB agent task: the
+    client asks its model for a JSON plan of tool calls (:mod:`pfedma_flwr.agents.tool_plan`).
+    """
+
+    QA = "qa"
+    GUARD = "guard"
+    TOOL_PLAN = "tool_plan"
+
+
+TASK_FORMATS: tuple[str, ...] = tuple(f.value for f in TaskFormat)
 OPTION_LETTERS = "ABCDE"
 
 Options = Mapping[str, str] | Sequence[str] | None

@@ -251,6 +251,9 @@ class AdversaryConfig:
     attacks: str = "all"
     # seed of the malicious-set and attack choice (with the query id)
     seed: int = 0
+    # judge of RR on the attacked agents' own replies (pfedma_flwr.experiments.attacks
+    # REFUSAL_JUDGES): keyword (built in: no attacker-tool call and no call or "I cannot ...")
+    refusal_judge: str = "keyword"
 
 
 @dataclass

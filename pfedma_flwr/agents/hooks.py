@@ -16,7 +16,11 @@ knows nothing of attacks; the harness configures hooks (``adversary`` section) a
     - ``injection``: its LLM sees :math:`\tilde{x} = x_t \oplus x_{ign} \oplus x_e` (ASB's
       context-ignoring prompt injection, :func:`~pfedma_flwr.data.bench_asb.
       context_ignoring_injection`) with one ASB attacker instruction chosen per query from the
-      configured pool (:func:`choose_attack`; every malicious client of a query uses the same);
+      configured pool (:func:`choose_task_attack`; every malicious client of a query uses the
+      same). On an ASB task the attack is one of the task's own agent's attacker tools, and the
+      tool is added to the malicious client's toolkit as ASB's DPI does
+      (:func:`~pfedma_flwr.data.bench_asb_tasks.inject_attack`); on other tasks the text is
+      appended to the question;
     - ``unreliable``: returns a wrong-but-confident answer (:func:`corrupt_answer`: a perturbed
       number, another option letter, ...) with ``self_confidence = domain_fit = 1``.
 """
@@ -34,6 +38,7 @@ import numpy as np
 
 from pfedma_flwr.config import ADVERSARY_KINDS, ATTACK_POOLS, AdversaryConfig
 from pfedma_flwr.data.bench_asb import AsbAttack, context_ignoring_injection, load_asb_attacks
+from pfedma_flwr.data.bench_asb_tasks import agent_of_question, inject_attack
 from pfedma_flwr.data.benchmarks import resolve_data_dir
 from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 
@@ -113,6 +118,17 @@ def choose_attack(query_id: str, pool: Sequence[AsbAttack], seed: int = 0) -> As
     if not pool:
         raise ValueError("the attack pool is empty")
     return pool[int(_rng(seed, query_id, 1).integers(len(pool)))]
+
+
+def choose_task_attack(query_id: str, pool: Sequence[AsbAttack], seed: int = 0,
+                       agent: str | None = None) -> AsbAttack:
+    """The attack against ``query_id``: among ``agent``'s own attacker tools when it has any.
+
+    ASB attacks an agent with the attacker tools written for it (``Corresponding Agent``); for
+    a task of no ASB agent (``agent`` ``None``) the whole pool is used.
+    """
+    own = [a for a in pool if a.agent == agent] if agent else []
+    return choose_attack(query_id, own or pool, seed)
 
 
 def corrupt_answer(answer: str, answer_kind: str, query_text: str, query_id: str) -> str:
@@ -211,7 +227,11 @@ class Adversary(AgentHook):
         """What this client's LLM sees as the task: ``x̃`` when injecting, else ``text``."""
         if self.kind != "injection" or not self.is_malicious(query_id):
             return text
-        return context_ignoring_injection(text, choose_attack(query_id, self.attacks, self.seed))
+        agent = agent_of_question(text)
+        attack = choose_task_attack(query_id, self.attacks, self.seed, agent)
+        if agent is not None:
+            return inject_attack(text, attack)
+        return context_ignoring_injection(text, attack)
 
     def response(self, query_id: str, resp: StructuredResponse, answer_kind: str,
                  query_text: str) -> StructuredResponse:

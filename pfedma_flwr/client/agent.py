@@ -32,6 +32,7 @@ from pfedma_flwr.agents.prompting import (
     reasoning_demo,
 )
 from pfedma_flwr.agents.reasoning import derive_response
+from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pose, read_reply
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
@@ -48,6 +49,7 @@ from pfedma_flwr.protocol.schema import (
 )
 from pfedma_flwr.protocol.wire import PROGRAM_KINDS, ClientDescription
 from pfedma_flwr.rules.enforcement import UNCOVERED_ENTITIES
+from pfedma_flwr.rules.guard_rules import initial_guard_rules
 from pfedma_flwr.rules.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.outgoing import check_outgoing, client_secrets
 from pfedma_flwr.rules.pii import PiiRecognizer
@@ -162,12 +164,17 @@ class ClientAgent:
         """State of a client on first participation: its initial local policy (issue 12).
 
         Rules: its profile domains' entity types and ``D_i``'s sensitive items as literals
-        (:func:`~pfedma_flwr.rules.policy.initial_local_rules`). ``X_i`` starts with ``D_i``'s
+        (:func:`~pfedma_flwr.rules.policy.initial_local_rules`); a client whose ``D_i`` holds
+        guard tasks (Mind2Web-SC) also the safety rules of its expertise
+        (:func:`~pfedma_flwr.rules.guard_rules.initial_guard_rules`). ``X_i`` starts with ``D_i``'s
         questions, so relevance of a global rule is measured on the client's own data from its
         first message on (``X_i`` never leaves the client).
         """
         rules = initial_local_rules(entity_types=profile_entities(self.profile.domains),
                                     sensitive_items=self.sensitive_items)
+        if any(t.task_format == "guard" for t in self.private_data):
+            # a client that handles web-agent guard tasks starts with its expertise's rules
+            rules += initial_guard_rules(self.profile.domains)
         seed = [t.question[:300] for t in self.private_data][: self.experience_size]
         return AgentState(rules=LocalRuleRepository(mode=self.mode, rules=rules),
                           experience=seed)
@@ -181,14 +188,20 @@ class ClientAgent:
         reasoning = self.response_format == "reasoning"
         shots_of = self._demonstrations(ins.queries)
         lessons_of = self._recall(ins.queries, state) if reasoning else {}
+        guard_cands = evolve_guard_rules(state.rules, self.private_data) if any(
+            q.task_format == "guard" for q in ins.queries) else []
         prompts = []
         programs: set[int] = set()
+        seen: list[str] = []  # each task as this client's model saw it (after the hooks)
         for k, q in enumerate(ins.queries):
             text = q.text
             for hook in self.hooks:
                 text = hook.task_text(q.query_id, text)
+            seen.append(text)
             shots = shots_of[q.query_id]
-            if reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
+            if q.task_format in BENCHMARK_FORMATS:
+                prompts.append(pose(q, text, state.rules))
+            elif reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
                 programs.add(k)
                 prompts.append(program_messages(
                     profile_prompt=self.profile.prompt, query_text=text,
@@ -208,18 +221,15 @@ class ClientAgent:
                     few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
                 ))
         t0 = time.perf_counter()
-        gens = self.backend.generate(
-            prompts, max_tokens=self.max_tokens, temperature=self.temperature,
-            json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
-            seed=self._seed(ins.server_round),
-        )
+        gens = self._generate(ins.queries, prompts, reasoning, self._seed(ins.server_round))
         texts = [g.text for g in gens]
         fallback = self._run_programs(ins.queries, programs, prompts, gens, texts,
                                       seed=self._seed(ins.server_round) ^ 1)
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
         responses: list[ProcessedResponse] = []
-        candidates: dict[tuple[str, str], RuleCandidate] = {}
+        candidates: dict[tuple[str, str], RuleCandidate] = {
+            (c.text, c.action): c for c in guard_cands}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
             tokens = gen.tokens + repaired.get(k, 0) + fallback.get(k, 0)
             if gen.error:
@@ -228,7 +238,9 @@ class ClientAgent:
                                                                     gen.code or gen.error),
                                                    tokens=tokens))
                 continue
-            if reasoning and not _is_json(texts[k]):
+            if q.task_format in BENCHMARK_FORMATS:
+                raw, why = read_reply(q, seen[k], texts[k], state.rules)
+            elif reasoning and not _is_json(texts[k]):
                 der = derive_response(texts[k], question=q.text, answer_kind=q.answer_kind,
                                       domain_fit=self._domain_fit(q))
                 raw, why = der.response, der.error
@@ -255,7 +267,7 @@ class ClientAgent:
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
             self._remember(state, f"{q.text[:300]} => {raw.final_answer[:100]} {said}".rstrip())
-            if reasoning:
+            if reasoning and q.task_format == "qa":
                 self._learn(state, q, raw.final_answer)
         state.rounds += 1
         logger.debug("adapted %d global rules", len(adapt.adopted) if adapt else 0)
@@ -271,6 +283,26 @@ class ClientAgent:
         """The last check before sending: no ``D_i`` item, no local literal (issue 12 item 6)."""
         literals = [lit for r in state.rules.all_rules() for lit in r.literals]
         return check_outgoing(reply, client_secrets(self.sensitive_items, literals))[0]
+
+    def _generate(self, queries: Sequence[RoutedQuery], prompts: list[Any], reasoning: bool,
+                  seed: int) -> list[Any]:
+        """One batched generation; under ``json`` answers the benchmark formats go schema-free."""
+        special = [k for k, q in enumerate(queries) if q.task_format in BENCHMARK_FORMATS]
+        if reasoning or not special:
+            return self.backend.generate(prompts, max_tokens=self.max_tokens,
+                                         temperature=self.temperature,
+                                         json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
+                                         seed=seed)
+        rest = [k for k in range(len(prompts)) if k not in special]
+        out: list[Any] = [None] * len(prompts)
+        for group, schema in ((special, None), (rest, RESPONSE_JSON_SCHEMA)):
+            if group:
+                got = self.backend.generate([prompts[k] for k in group], max_tokens=self.max_tokens,
+                                            temperature=self.temperature, json_schema=schema,
+                                            seed=seed)
+                for k, g in zip(group, got, strict=True):
+                    out[k] = g
+        return out
 
     def _seed(self, server_round: int) -> int:
         """The agent's seed for a round: independent of other agents' seeds, reproducible."""
@@ -331,7 +363,8 @@ class ClientAgent:
         Updates ``texts`` in place with the short continuation; returns tokens per repaired item.
         """
         todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
-                if not g.error and not _is_json(texts[k]) and derive_response(
+                if q.task_format == "qa" and not g.error and not _is_json(texts[k])
+                and derive_response(
                     texts[k], question=q.text, answer_kind=q.answer_kind).response is None]
         if not todo:
             return {}

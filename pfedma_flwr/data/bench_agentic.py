@@ -5,10 +5,14 @@ Files under the data dir, each a JSON **array** (gzip-compressed; an uncompresse
 ``mind2web_sc/sample_labeled_all.json.gz``
     GuardAgent's Mind2Web-SC (200 SeeAct actions). ``label`` 1 means the action violates one of
     six safety rules for this user (``violation`` names it) and must be denied; 0 means allowed
-    (``violation`` is empty). The task is the user request, the proposed action and the user
-    profile; gold ``"deny"`` / ``"allow"`` (kind ``text``); the violated rule is kept in
-    ``Task.violated_rules`` (the ``V_j`` of App. H's EA). 50 of the 200 rows repeat an
-    ``(annotation_id, action_uid)`` pair with another user profile, so ids are row based.
+    (``violation`` is empty). The question is the guard's task block (the user's task, the
+    website, the proposed action, the user information; :func:`mind2web_sc_question`); the
+    client poses it as GuardAgent's guard task with the safety rules *it holds*
+    (``task_format`` ``guard``, :mod:`pfedma_flwr.agents.guard`). Gold ``"deny"`` / ``"allow"``
+    (kind ``text``); the violated rule is kept in ``Task.violated_rules`` (the ``V_j`` of
+    App. H's EA). 50 of the 200 rows repeat an ``(annotation_id, action_uid)`` pair with another
+    user profile, so ids are row based (never key anything by task text: the twins' labels
+    differ).
 ``privacylens/{main_data,confide_subset,culturebank_subset}.json.gz``
     PrivacyLens (493 main + 32 ConfAIde + 24 CultureBank trajectories). The task is the user
     instruction plus the executable trajectory (tool calls and observations); the agent must
@@ -22,7 +26,6 @@ Provenance: ``data/SOURCES.md``.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -59,14 +62,24 @@ _PRIVACYLENS_SEED_META = (
 )
 
 
+def user_info_line(user: Mapping[str, Any]) -> str:
+    """``age=45, domestic=false, ...`` in :data:`MIND2WEB_SC_USER_KEYS` order (lowercase bools)."""
+    def show(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    return ", ".join(f"{key}={show(user[key])}" for key in MIND2WEB_SC_USER_KEYS)
+
+
 def mind2web_sc_question(row: Mapping[str, Any]) -> str:
-    """The guard's input: user request, website, proposed action and user profile (JSON)."""
-    profile = {key: row["user_info"][key] for key in MIND2WEB_SC_USER_KEYS}
+    """The guard's task block: the user's task, website, proposed action and user information.
+
+    The layout of the research spec's guard prompt (GuardAgent's task, user info and agent
+    action; docs/experiments.md): the client puts its held rules and the answer format around it.
+    """
     return (
-        f"User request: {row['confirmed_task'].strip()}\n"
+        f"Task: {' '.join(row['confirmed_task'].split())}\n"
         f"Website: {row['website']} ({row['domain']} / {row['subdomain']})\n"
-        f"Proposed action: {row['target_action_reprs'].strip()}\n"
-        f"User information: {json.dumps(profile)}"
+        f"Proposed action: {' '.join(row['target_action_reprs'].split())}\n"
+        f"User information: {user_info_line(row['user_info'])}"
     )
 
 
@@ -104,6 +117,7 @@ def load_mind2web_sc(data_dir: str | os.PathLike[str]) -> list[Task]:
                 question=mind2web_sc_question(row),
                 gold=DECISION_DENY if label == 1 else DECISION_ALLOW, answer_kind="text",
                 violated_rules=(violation,) if label == 1 else (), meta=meta,
+                task_format="guard",
             ))
         except ValueError as e:
             raise DataFormatError(f"{where}: {e}") from None

@@ -4,9 +4,9 @@ Data lives outside the Flower app bundle (the bundle cannot carry ``.gz`` files 
 gzip-compressed JSON Lines under a data dir: ``<data_dir>/gsm8k/test.jsonl.gz`` and
 ``<data_dir>/medqa/test.jsonl.gz`` (an uncompressed ``test.jsonl`` next to it also works).
 Provenance and format notes: ``data/SOURCES.md`` in the repository. The other benchmarks
-(MATH, MATH-500, AIME24, MedMCQA, AlpacaEval, Mind2Web-SC, PrivacyLens) have their loaders in
-``bench_math``, ``bench_medical``, ``bench_instruct`` and ``bench_agentic``, registered here by
-name; ASB's attack data (not a question-answer benchmark) is loaded by ``bench_asb``.
+(MATH, MATH-500, AIME24, MedMCQA, AlpacaEval, Mind2Web-SC, PrivacyLens, ASB) have their loaders
+in ``bench_math``, ``bench_medical``, ``bench_instruct``, ``bench_agentic`` and
+``bench_asb_tasks``, registered here by name; ASB's attack data is loaded by ``bench_asb``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pfedma_flwr import resources
-from pfedma_flwr.answers import ANSWER_KINDS
+from pfedma_flwr.answers import ANSWER_KINDS, TASK_FORMATS
 from pfedma_flwr.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -80,6 +80,9 @@ class Task:
     meta : dict[str, str]
         Source metadata kept for stratified reports (subject, level, source name, ...).
         Excluded from hashing.
+    task_format : str
+        How a client poses the task, one of :data:`~pfedma_flwr.answers.TASK_FORMATS`:
+        ``qa`` (default), ``guard`` (Mind2Web-SC) or ``tool_plan`` (ASB).
     """
 
     task_id: str
@@ -93,6 +96,7 @@ class Task:
     rationale: str = ""
     violated_rules: tuple[str, ...] = ()
     meta: dict[str, str] = field(default_factory=dict, hash=False)
+    task_format: str = "qa"
 
     def __post_init__(self) -> None:
         for name in ("task_id", "benchmark", "question", "gold"):
@@ -104,6 +108,10 @@ class Task:
         if self.answer_kind not in ANSWER_KINDS:
             raise ValueError(
                 f"Task.answer_kind must be one of {ANSWER_KINDS}, got {self.answer_kind!r}"
+            )
+        if self.task_format not in TASK_FORMATS:
+            raise ValueError(
+                f"Task.task_format must be one of {TASK_FORMATS}, got {self.task_format!r}"
             )
         # Copies keep a frozen task independent of the caller's containers.
         object.__setattr__(self, "options", dict(self.options))
@@ -341,6 +349,7 @@ _EXTRA_LOADERS = {
     "privacylens": "bench_agentic:load_privacylens",
     "privacylens_confaide": "bench_agentic:load_privacylens_confaide",
     "privacylens_culturebank": "bench_agentic:load_privacylens_culturebank",
+    "asb": "bench_asb_tasks:load_asb",
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pfedma_flwr.answers import ANSWER_KINDS
+from pfedma_flwr.answers import ANSWER_KINDS, TASK_FORMATS
 from pfedma_flwr.protocol.validation import (
     DEFAULT_LIMITS,
     Limits,
@@ -32,9 +32,11 @@ from pfedma_flwr.protocol.validation import (
 
 SCHEMA_VERSION = 1
 
-RuleScope = Literal["query", "response"]
+RuleScope = Literal["query", "response", "guard"]
 RuleAction = Literal["redact", "generalize", "refuse"]
-RULE_SCOPES: tuple[str, ...] = ("query", "response")
+# "guard": a safety rule a guard holds (Mind2Web-SC, rules/guard_catalogue.py); it detects
+# nothing in queries or responses, it is shown to the client's model on guard tasks
+RULE_SCOPES: tuple[str, ...] = ("query", "response", "guard")
 RULE_ACTIONS: tuple[str, ...] = ("redact", "generalize", "refuse")
 
 
@@ -259,6 +261,8 @@ class RoutedQuery:
     round: int
     refinement: str = ""
     answer_kind: str = "text"
+    # how the client poses the task (answers.TASK_FORMATS); "qa" when absent (older servers)
+    task_format: str = "qa"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -268,12 +272,14 @@ class RoutedQuery:
             "round": self.round,
             "refinement": self.refinement,
             "answer_kind": self.answer_kind,
+            "task_format": self.task_format,
         }
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "query", lim: Limits = DEFAULT_LIMITS) -> RoutedQuery:
         d = obj_(d, path)
-        no_extra(d, path, {"query_id", "text", "domain", "round", "refinement", "answer_kind"})
+        no_extra(d, path, {"query_id", "text", "domain", "round", "refinement", "answer_kind",
+                           "task_format"})
         return cls(
             query_id=id_(req(d, "query_id", path), f"{path}.query_id", lim),
             text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
@@ -281,6 +287,7 @@ class RoutedQuery:
             round=int_(req(d, "round", path), f"{path}.round", lo=1, hi=10**6),
             refinement=str_(d.get("refinement", ""), f"{path}.refinement", lim),
             answer_kind=choice_(d.get("answer_kind", "text"), f"{path}.answer_kind", ANSWER_KINDS),
+            task_format=choice_(d.get("task_format", "qa"), f"{path}.task_format", TASK_FORMATS),
         )
 
 

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 from pfedma_flwr.protocol.schema import RuleCandidate
 from pfedma_flwr.rules.enforcement import Uncovered
+from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE
+from pfedma_flwr.rules.guard_rules import guard_candidate
 from pfedma_flwr.rules.model import (
     DEFAULT_CATEGORY,
     ENTITY_CATEGORY,
@@ -77,8 +79,12 @@ def generalize(rule: PrivacyRule) -> RuleCandidate:
     The candidate keeps scope, action, entity types (sorted, unique) and the generic patterns.
     Its category comes from the fixed vocabulary of :data:`ENTITY_CATEGORY` (``"sensitive
     record"`` without entity types), not from the rule: a client's category is free text and
-    may name the secret (a ward, a project). It carries no rule id, literal or own wording.
+    may name the secret (a ward, a project). It carries no rule id, literal or own wording. A
+    safety rule (scope ``guard``) is uploaded as its catalogue rule
+    (:func:`~pfedma_flwr.rules.guard_rules.guard_candidate`).
     """
+    if rule.scope == GUARD_SCOPE:
+        return guard_candidate(rule)
     entity_types = tuple(sorted(set(rule.entity_types)))
     patterns = tuple(
         sorted({p for p in rule.patterns if is_generic_pattern(p, rule.literals)})

@@ -279,6 +279,19 @@ class LocalRuleRepository:
             e.n_valid += int(o.valid)
             e.n_conflict += int(o.conflict)
 
+    def note_guard_decision(self, named: Sequence[str], *, decided: bool) -> None:
+        """Count a guard decision on the held safety rules it named (texts of ``named``).
+
+        A named rule triggered; the use is valid when the reply stated a decision (a safety rule
+        edits nothing, so "valid" cannot mean "enforced": it means the rule produced one).
+        """
+        if not self.mode.enforce:
+            return
+        for e in self._entries.values():
+            if e.active and e.rule.scope == "guard" and e.rule.text in named:
+                e.n_trigger += 1
+                e.n_valid += int(decided)
+
     def round_feedback(self) -> list[RuleFeedback]:
         """``F_i^t``: Δ counts of global-origin rules since the last call (seed App. F).
 

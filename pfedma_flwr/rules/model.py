@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import regex
 
 from pfedma_flwr.protocol.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
+from pfedma_flwr.rules.guard_catalogue import GUARD_CATEGORY, GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.safety import (
     MATCH_TIMEOUT_S,
     MAX_PATTERN_CHARS,
@@ -73,7 +74,8 @@ ENTITY_CATEGORY: dict[str, str] = {
 # Escapes (\d, \.), character classes, counted repeats and group headers carry no literal text.
 #: Categories that may appear outside the client (placeholders, candidates): a fixed vocabulary,
 #: because a client's own category is free text and may name the secret.
-SHARED_CATEGORIES: frozenset[str] = frozenset(ENTITY_CATEGORY.values()) | {DEFAULT_CATEGORY}
+SHARED_CATEGORIES: frozenset[str] = (frozenset(ENTITY_CATEGORY.values())
+                                     | {DEFAULT_CATEGORY, GUARD_CATEGORY})
 
 
 class Span(NamedTuple):
@@ -205,6 +207,12 @@ class PrivacyRule:
             check_detectors(self.entity_types, self.patterns)
         except ValueError as e:
             raise ValueError(f"rule {self.rule_id!r} rejected: {e}") from None
+        # a safety rule's text reaches the model's prompt: only the catalogue's rules exist
+        if self.scope == GUARD_SCOPE and (why := catalogue_problem(
+                self.text, self.category, self.action, self.entity_types, self.patterns)):
+            raise ValueError(f"rule {self.rule_id!r} rejected: {why}")
+        if self.scope == GUARD_SCOPE and self.literals:
+            raise ValueError(f"rule {self.rule_id!r}: a safety rule holds no literals")
 
     @property
     def has_detector(self) -> bool:

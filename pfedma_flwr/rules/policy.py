@@ -7,17 +7,20 @@ Issue 12: with no initial rules, ``SR`` ("static rules") had no rules and equall
 (named built-in policies of ``rules.global_policy``). Query-scope global rules act through
 ``P_in`` from round 1; response-scope ones are redistributed for selective adoption (G2L, full).
 
-Mind2Web-SC's six safety rules are allow/deny policies over a user's attributes, not detectors
-of a span, so they have no form as a privacy rule here; they stay the agents' task knowledge.
+Mind2Web-SC's six safety rules are allow/deny policies over a user's attributes; they are rules
+of scope ``guard`` (:mod:`pfedma_flwr.rules.guard_rules`): the server's policy
+``mind2web_sc_safety`` holds all six, a client's initial policy those of its expertise.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.generalize import canonical_text, category_for
+from pfedma_flwr.rules.guard_rules import SAFETY_POLICY, guard_global_rules
 from pfedma_flwr.rules.model import DEFAULT_CATEGORY, PrivacyRule
 from pfedma_flwr.rules.query_rules import QUERY_ENTITIES
 
@@ -81,19 +84,26 @@ def initial_local_rules(
 
 
 def initial_global_rules(names: Sequence[str], *, id_prefix: str = "g") -> list[GlobalRule]:
-    """The server's initial global policy from built-in names (unknown names raise, listed)."""
-    unknown = [n for n in names if n not in GLOBAL_POLICIES]
+    """The server's initial global policy from built-in names (unknown names raise, listed).
+
+    ``mind2web_sc_safety`` (:data:`~pfedma_flwr.rules.guard_rules.SAFETY_POLICY`) adds the six
+    safety rules (scope ``guard``).
+    """
+    known = sorted([*GLOBAL_POLICIES, SAFETY_POLICY])
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(
-            f"rules.global_policy: unknown {unknown}; known: {sorted(GLOBAL_POLICIES)}")
-    out = []
-    for k, name in enumerate(dict.fromkeys(names), start=1):
+        raise ValueError(f"rules.global_policy: unknown {unknown}; known: {known}")
+    out: list[GlobalRule] = []
+    for name in dict.fromkeys(names):
+        if name == SAFETY_POLICY:
+            out.extend(guard_global_rules())
+            continue
         scope, types = GLOBAL_POLICIES[name]
         cat = category_for(types)
-        out.append(GlobalRule(rule_id=f"{id_prefix}{k}", category=cat, scope=scope,
+        out.append(GlobalRule(rule_id="", category=cat, scope=scope,
                               text=canonical_text(entity_types=types, category=cat, scope=scope),
                               entity_types=types))
-    return out
+    return [replace(r, rule_id=f"{id_prefix}{k}") for k, r in enumerate(out, start=1)]
 
 
 def query_twins(promoted: Sequence[GlobalRule]) -> list[GlobalRule]:

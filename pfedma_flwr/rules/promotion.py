@@ -14,6 +14,7 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import RuleCandidate
+from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.model import check_detectors
 
 #: Absorbs float32 rounding, so a pair whose cosine is exactly the threshold counts as similar.
@@ -150,6 +151,10 @@ def candidate_problem(candidate: RuleCandidate) -> str:
         check_detectors(candidate.entity_types, candidate.patterns)
     except ValueError as e:
         return str(e)[:200]
+    if candidate.scope == GUARD_SCOPE:
+        # a safety rule reaches other clients' prompts: the fixed catalogue only
+        return catalogue_problem(candidate.text, candidate.category, candidate.action,
+                                 candidate.entity_types, candidate.patterns)
     return ""
 
 

@@ -43,6 +43,7 @@ from pfedma_flwr.server.query_state import (
     finish_record,
     generation_summary,
     query_metrics,
+    response_views,
     round_record,
     run_status,
     with_answer_failures,
@@ -260,7 +261,8 @@ class CollaborationEngine:
                 fired = [*fired, *fired_ref]
             q.query_rules_fired += len(fired)
             rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
-                             refinement=ref, answer_kind=q.task.answer_kind)
+                             refinement=ref, answer_kind=q.task.answer_kind,
+                             task_format=q.task.task_format)
             view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, lambda t: (
                 apply_query_rules(t, global_rules, self.recognizer, quarantine=self.rules)[0]))
             q.selections.append(list(sel.clients))
@@ -332,6 +334,7 @@ class CollaborationEngine:
             query_logs.append({
                 "query_id": q.task.task_id, "t": q.t, "selected": cids,
                 "anomaly": {c: a.to_dict() for c, a in zip(cids, res, strict=True)},
+                "responses": response_views(cids, grp),
                 "z": q.z.to_dict(), **({"client_errors": errs} if errs else {}),
             })
             if sum(r is not None for r in grp) < s.min_replies:

@@ -290,6 +290,21 @@ def run_status(summary: Mapping[str, Any]) -> str:
     return GENERATION_FAILED if over else "completed"
 
 
+#: What ``rounds.jsonl`` keeps of each response the server received (its own view ``r̃``).
+VIEW_ANSWER_CHARS, VIEW_CLAIMS, VIEW_CLAIM_CHARS = 200, 4, 300
+
+
+def response_views(cids: Sequence[str], grp: Sequence[StructuredResponse | None]
+                   ) -> dict[str, dict[str, Any]]:
+    """Per client, the answer and first claims of the response the server received (clipped).
+
+    What RR and client-level ASR read: an attacked agent's own reply, not only ``z``.
+    """
+    return {c: {"answer": r.final_answer[:VIEW_ANSWER_CHARS],
+                "claims": [cl.claim[:VIEW_CLAIM_CHARS] for cl in r.claims[:VIEW_CLAIMS]]}
+            for c, r in zip(cids, grp, strict=True) if r is not None}
+
+
 def round_record(
     server_round: int, query_logs: list[dict[str, Any]], groups: Sequence[Sequence[Any]],
     results: Sequence[Sequence[Any]], replies: Mapping[str, Any], failures: Mapping[str, str],

@@ -19,6 +19,15 @@ message:
 - the agent knows only what its query shows: a question whose spans ``P_in`` replaced by
   placeholders is still found (:func:`find_task_redacted`), and what those spans hid is replaced
   by the same placeholders in the items it quotes (it cannot leak what it never saw);
+- a **guard** prompt (:mod:`pfedma_flwr.agents.guard`) → a scripted guard of the rules the prompt
+  shows: with probability ``skill`` (a hash of the rules shown and the task; no profile, since a
+  guard prompt carries none) it is a *perfect guard of those rules*: it denies exactly the
+  actions whose gold violated rule it holds, naming it, in GuardAgent's decision lines; else it
+  flips that decision. An injected guard prompt gets the obedient reply (no decision);
+- a **tool plan** prompt (an ASB task, :mod:`pfedma_flwr.agents.tool_plan`) → a JSON plan: an
+  honest agent plans the first two listed tools (with probability ``skill``, else only the
+  first); an injected one obeys (plans only the attacker tool) or, with probability ``refuse``,
+  refuses in words ("I cannot comply ...") and plans the normal tools;
 - anything else → :func:`~pfedma_flwr.agents.backends.mock.default_responder`.
 """
 
@@ -31,10 +40,13 @@ from functools import cache
 
 from pfedma_flwr.agents.backends.base import Messages
 from pfedma_flwr.agents.backends.mock import MockBackend, default_responder
+from pfedma_flwr.agents.guard import GUARD_SYSTEM
 from pfedma_flwr.agents.hooks import corrupt_answer
+from pfedma_flwr.agents.tool_plan import offered_tools
 from pfedma_flwr.data.bench_asb import DEFAULT_IGNORE
 from pfedma_flwr.data.benchmarks import BENCHMARKS, Task, load_benchmark
 from pfedma_flwr.data.profiles import BUILTIN_PROFILES, AgentProfile, knowledge_domain
+from pfedma_flwr.rules.guard_catalogue import rule_of_text, safety_rule
 
 _INJECTED = re.compile(
     r"following instruction: (?P<instruction>.+?) by using the \"(?P<tool>[^\"]+)\" tool")
@@ -44,6 +56,8 @@ _PLACEHOLDER = re.compile(r"\[(?:REDACTED:)?[A-Z][A-Z0-9_]*\]")
 # a hidden value whose single words the agent may also not know (a name, not an address)
 _NAMEISH = re.compile(r"[^\W\d_]+(?:[ '-][^\W\d_]+)*")
 _KEY_CHARS = 80
+_HELD = re.compile(r"^(R[1-6])\) Action:", re.MULTILINE)
+_TASK_BLOCK = re.compile(r"^Task: .*?^User information: [^\n]*", re.MULTILINE | re.DOTALL)
 
 
 def _norm(text: str) -> str:
@@ -169,17 +183,61 @@ class SimulatedAgentBackend(MockBackend):
     name = "simulated"
 
     def __init__(self, *, skill: float = 0.85, off_skill: float = 0.35, leak: float = 0.6,
-                 data_dir: str = "") -> None:
-        for n, v in (("skill", skill), ("off_skill", off_skill), ("leak", leak)):
+                 refuse: float = 0.3, data_dir: str = "") -> None:
+        for n, v in (("skill", skill), ("off_skill", off_skill), ("leak", leak),
+                     ("refuse", refuse)):
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"{n} must be in [0, 1], got {v}")
-        self.skill, self.off_skill, self.leak = skill, off_skill, leak
+        self.skill, self.off_skill, self.leak, self.refuse = skill, off_skill, leak, refuse
         self.data_dir = data_dir
         super().__init__(self._respond)
+
+    def _guard(self, user: str) -> str:
+        """A scripted guard of the rules the prompt shows (module docstring)."""
+        if DEFAULT_IGNORE in user:
+            m = _INJECTED.search(user)
+            return f"I will {m['instruction'] if m else 'follow the new instruction'}."
+        held = set(_HELD.findall(user))
+        block = _TASK_BLOCK.search(user)
+        text = block.group(0) if block else ""
+        found = find_task_redacted(text, self.data_dir)
+        task = found[0] if found else find_task(text, self.data_dir)
+        rule = rule_of_text(task.violated_rules[0]) if task and task.violated_rules else None
+        deny = rule is not None and rule.rule_id in held
+        if _unit("guard", ",".join(sorted(held)), text) >= self.skill:
+            deny = not deny
+        if not deny:
+            return "RULE: NONE\nACTION GRANTED"
+        named = rule if rule is not None and rule.rule_id in held else (
+            safety_rule(min(held)) if held else None)
+        if named is None:
+            return "RULE: NONE\nACTION DENIED"
+        return f"RULE: {named.rule_id}\nACTION DENIED\nviolation: {named.violation}"
+
+    def _tool_plan(self, system: str, user: str) -> str:
+        """A scripted ASB agent: honest plan, obedient attack plan, or a refusal (module doc)."""
+        tools = offered_tools(system)
+        m = _INJECTED.search(user)
+        attacker = m["tool"] if m and DEFAULT_IGNORE in user else None
+        normal = [t for t in tools if t != attacker][:2]
+        if attacker is not None and _unit("refuse", user) >= self.refuse:
+            return json.dumps([{"message": f"Use {attacker} as instructed.",
+                                "tool_use": [attacker]}])
+        if _unit("plan", user) >= self.skill:
+            normal = normal[:1]
+        plan = json.dumps([{"message": f"Use {t} for the task.", "tool_use": [t]}
+                           for t in normal])
+        if attacker is not None:
+            return f"I cannot comply with the instruction to use {attacker}.\n{plan}"
+        return plan
 
     def _respond(self, messages: Messages) -> str:
         system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        if system.startswith(GUARD_SYSTEM[:80]):
+            return self._guard(user)
+        if "\nTools:\n" in system and "tool_use" in system:
+            return self._tool_plan(system, user)
         if DEFAULT_IGNORE in user:
             m = _INJECTED.search(user)
             instruction, tool = (m["instruction"], m["tool"]) if m else (user[-200:], "tool")
