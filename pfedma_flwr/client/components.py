@@ -95,9 +95,10 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
     pid, n = node_identity(node)
     a, d = cfg.agent, cfg.data
     data_dir = policy.data_dir_for(d.data_dir) or None
+    split_seed = d.seed_for_split(cfg.seed)
     pool = dev_pool(d.benchmarks, dev_pool_per_benchmark=d.dev_pool_per_benchmark,
-                    seed=cfg.seed, data_dir=data_dir)
-    private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=cfg.seed)
+                    seed=split_seed, data_dir=data_dir)
+    private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=split_seed)
     names = [str(node["profile"])] if node.get("profile") else a.profiles or None
     profile, section = profile_backend(
         a, profile_for_client(0 if node.get("profile") else pid, names))
@@ -131,6 +132,8 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         response_format=a.response_format, seed=cfg.seed * 1000 + pid, lessons=a.lessons,
         lesson_min_sim=a.lesson_min_sim,
         reasoning=policy.reasoning(profile.reasoning if a.reasoning == "profile" else a.reasoning),
+        few_shot_style=a.few_shot_style, permute_options=a.permute_options,
+        option_reasoning=None if a.option_reasoning == "profile" else a.option_reasoning,
     )
 
 

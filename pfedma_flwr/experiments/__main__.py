@@ -24,6 +24,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra override for every variant, e.g. --set strategy.t_max=3")
     p.add_argument("--reuse", action="store_true",
                    help="skip variants whose run directory already holds a completed run")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted experiment: completed levels are kept, an "
+                        "interrupted one continues from its checkpoint")
+    p.add_argument("--seeds", default="", metavar="S[,S...]",
+                   help="repeat every sampled variant once per seed (e.g. 0,1,2): mean ± sd")
     p.add_argument("--only", action="append", default=[], metavar="AXIS=LEVEL[,LEVEL]",
                    help="run only these variants, e.g. --only rho=0.4 (repeat for more axes)")
     p.add_argument("--port", type=int, default=39291, help="SuperLink port (+2 control)")
@@ -37,14 +42,17 @@ def main(argv: list[str] | None = None) -> int:
         only.setdefault(axis.strip(), []).extend(x.strip() for x in levels.split(","))
     try:
         select_variants(load_preset(a.name).variants(), only)
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
     except ValueError as e:
         p.error(str(e))
+    if len(set(seeds)) != len(seeds):
+        p.error(f"--seeds repeats a seed: {a.seeds}")
     logging.basicConfig(level=logging.INFO, format="[experiments] %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health poll otherwise
     out = Path(a.output_dir or f"outputs/experiments/{a.name}-{a.size}")
     result = run_experiment(a.name, size=a.size, output_dir=out, num_clients=a.num_clients,
                             executor=flwr_executor(a.port, a.timeout), extra=a.extra,
-                            reuse=a.reuse, only=only)
+                            reuse=a.reuse, only=only, resume=a.resume, seeds=seeds)
     logging.getLogger(__name__).info("wrote %s", ", ".join(result["files"]))
     return 0
 

@@ -87,7 +87,7 @@ def build_engine(
         use_reliability=r.use_reliability, refine_query=r.refine_query,
         refine_style=r.refine_style, rule_mode=ru.mode,
         sim_threshold=ru.sim_threshold, seed=cfg.seed, prices=dict(r.prices),
-        max_queries_per_client=cfg.protocol.max_items,
+        max_queries_per_client=cfg.protocol.max_items, lone_answers=r.lone_answers,
     )
     parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
                              "settings": settings}

@@ -20,7 +20,7 @@ from pfedma_flwr.agents.backends import make_backend
 from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.experiments import VariantRun, load_preset, preset_names, run_experiment
-from pfedma_flwr.experiments.tables import RAW_METRICS, columns
+from pfedma_flwr.experiments.tables import RAW_METRICS, SIGNED_METRICS, columns
 from pfedma_flwr.server_app import run_server
 from pfedma_flwr.testing import FakeGrid
 from strategies.registry import METHODS
@@ -81,15 +81,24 @@ def test_preset_runs_at_tiny_size(name: str, tmp_path: Path):
     for row, v in zip(rows, variants, strict=True):
         assert [row[a] for a in labels] == [v.labels.get(a, v.name) for a in labels]
     md = (tmp_path / "results.md").read_text()
-    assert md.count("\n|") == len(variants) + 2  # header, rule, one line per variant
+    main_table, _, per_bench = md.partition("## Per benchmark")
+    assert main_table.count("\n|") == len(variants) + 2  # header, rule, one line per variant
+    # the per-benchmark table: every variant overall and per benchmark
+    comp = _read_csv(tmp_path / "comparison.csv")
+    assert per_bench.count("\n|") == len(comp) + 2
+    assert {r["benchmark"] for r in comp} >= {"all"}
     for spec in preset.plots:
         png = tmp_path / spec["file"]
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     for r in result["rows"]:
         for m, value in r["metrics"].items():
             # counts (tables.RAW_METRICS, also per round: global_rules/active@1) are not rates
-            if m.split("/")[0] not in RAW_METRICS and not math.isnan(value):
+            if m.split("/")[0] in SIGNED_METRICS and not math.isnan(value):
+                assert -1.0 <= value <= 1.0, (name, r["variant"], m, value)
+            elif m.split("/")[0] not in RAW_METRICS and not math.isnan(value):
                 assert 0.0 <= value <= 1.0, (name, r["variant"], m, value)
+        if not math.isnan(r["metrics"]["ACC"]):  # the interval holds the accuracy
+            assert r["metrics"]["ACC_lo"] <= r["metrics"]["ACC"] <= r["metrics"]["ACC_hi"]
     if name == "orchestrator":
         # the LLM policy reports its format-failure rate; the others have none to report
         ffr = {r["labels"]["policy"]: r["metrics"]["FFR"] for r in result["rows"]}
