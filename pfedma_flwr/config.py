@@ -210,7 +210,7 @@ class DataConfig:
     queries_per_benchmark: int = 10
     # size of the held-apart dev pool per benchmark (client private data is cut from it)
     dev_pool_per_benchmark: int = 200
-    # iid | dirichlet
+    # iid | dirichlet | profile (each domain dealt to the clients whose profile covers it)
     partition: str = "iid"
     alpha: float = 0.5
     # absolute path of the data dir; empty = PFEDMA_DATA_DIR or the repo's data/

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pfedma_flwr.config import PFedMAConfig
 
 ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
-PARTITIONS = ("iid", "dirichlet")
+PARTITIONS = ("iid", "dirichlet", "profile")
 ADVERSARY_KINDS = ("injection", "unreliable")
 ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
 __all__ = ["ABLATIONS", "ADVERSARY_KINDS", "ATTACK_POOLS", "LONE_ANSWERS", "OPTION_WAYS",

@@ -18,8 +18,8 @@ from pfedma_flwr.agents.hooks import Adversary, AgentHook
 from pfedma_flwr.client.agent import ClientAgent
 from pfedma_flwr.client.node_security import NodePolicy, check_config_name
 from pfedma_flwr.config import AgentConfig, BackendConfig, PFedMAConfig, load_config
-from pfedma_flwr.data.partition import partition_tasks
-from pfedma_flwr.data.profiles import AgentProfile, profile_for_client
+from pfedma_flwr.data.partition import PROFILE_SCHEME, partition_by_expertise, partition_tasks
+from pfedma_flwr.data.profiles import AgentProfile, knowledge_domain, profile_for_client
 from pfedma_flwr.data.split import dev_pool
 from pfedma_flwr.embeddings import get_embedder
 from pfedma_flwr.registry import plugin_imports
@@ -98,8 +98,14 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
     split_seed = d.seed_for_split(cfg.seed)
     pool = dev_pool(d.benchmarks, dev_pool_per_benchmark=d.dev_pool_per_benchmark,
                     seed=split_seed, data_dir=data_dir)
-    private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=split_seed)
     names = [str(node["profile"])] if node.get("profile") else a.profiles or None
+    if d.partition == PROFILE_SCHEME:  # the profiles of all clients of the rotation
+        private = partition_by_expertise(
+            pool, [profile_for_client(i, a.profiles or None).domains for i in range(n)], pid,
+            seed=split_seed, domain_of=knowledge_domain)
+    else:
+        private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha,
+                                  seed=split_seed)
     profile, section = profile_backend(
         a, profile_for_client(0 if node.get("profile") else pid, names))
     where = "agent.backend" if section is a.backend else f"agent.backbones.{profile.backbone}"

@@ -114,6 +114,9 @@ def add_comparisons(rows: list[dict[str, Any]], correct: Mapping[str, Correct],
         m = r["metrics"]
         m["ACC_lo"], m["ACC_hi"] = own[ALL]["ACC_lo"], own[ALL]["ACC_hi"]
         m["n"] = own[ALL]["n"]
+        for g, st in own.items():  # per benchmark for the plots' error bars
+            if g != ALL:
+                m[f"ACC_lo/{g}"], m[f"ACC_hi/{g}"] = st["ACC_lo"], st["ACC_hi"]
         if ref_row is not None:
             p = paired.get(ALL, {})
             for k in ("dACC", "dACC_lo", "dACC_hi", "p_mcnemar"):

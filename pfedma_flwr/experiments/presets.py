@@ -42,7 +42,7 @@ from pfedma_flwr.config import CONF_DIR
 
 EXPERIMENTS_DIR = CONF_DIR / "experiments"
 SIZES = ("tiny", "small", "paper")
-PLOT_KINDS = ("bar", "line", "grid", "benchmarks", "selection", "capability")
+PLOT_KINDS = ("bar", "line", "grid", "benchmarks", "selection", "capability", "diff")
 # Reserved key of an axis level: the number of simulated clients of that variant (not a
 # config key; it wins over the size's and the command line's client count).
 NUM_CLIENTS_KEY = "num_clients"

@@ -44,7 +44,9 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
                        use_reliability=r.use_reliability, embedder=embedder,
                        adaptive_k=r.adaptive_k, mix_reasoning=r.mix_reasoning, **extra_llm)
     # Only passed when on, so plug-in orchestrators without the options keep working.
-    extra = {k: True for k in ("adaptive_k", "mix_reasoning") if getattr(r, k)}
+    extra: dict[str, Any] = {k: True for k in ("adaptive_k", "mix_reasoning") if getattr(r, k)}
+    if r.cost_weight:
+        extra["cost_weight"] = r.cost_weight
     return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
                    exploration_c=r.exploration_c, use_capability=r.use_capability,
                    use_reliability=r.use_reliability, embedder=embedder, **extra)
