@@ -32,6 +32,8 @@ TYPED=(
   pfedma_flwr/experiments/attacks.py pfedma_flwr/agents/backends/configured.py
   pfedma_flwr/routing/llm_action.py pfedma_flwr/routing/llm_orchestrator.py
   pfedma_flwr/aggregation/refinement.py
+  pfedma_flwr/experiments/stats.py pfedma_flwr/experiments/compare.py
+  pfedma_flwr/experiments/select.py pfedma_flwr/agents/options.py pfedma_flwr/routing/lone.py
 )
 
 echo "[lint] ruff check"

@@ -248,6 +248,8 @@ def choice_overrides(stem: str, size: str, choices_dir: Path | None = None) -> d
     over = data.get("overrides") if isinstance(data, dict) else None
     if not isinstance(over, dict) or not over:
         raise ValueError(f"choice file {path}: expected a non-empty mapping 'overrides'")
+    if bad := sorted(str(k) for k in over if str(k).startswith("data.") or k == "seed"):
+        raise ValueError(f"choice file {path} sets {bad}: a choice must not change the questions")
     return {str(k): v for k, v in over.items()}
 
 

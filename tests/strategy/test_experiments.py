@@ -53,7 +53,8 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 def test_presets_cover_the_papers_experiments():
     assert set(preset_names()) == {
         "main", "privacy", "robustness", "noniid", "rounds", "anomaly_ablation",
-        "routing_ablation", "rules_ablation", "sensitivity", "orchestrator"}
+        "routing_ablation", "rules_ablation", "sensitivity", "orchestrator", "best_single",
+        "sources"}
     rob = load_preset("robustness")
     # PFedMA and -all x (clean + 4 ratios) from one base configuration, then the baselines
     # clean and at the strongest attack (Table 2)
