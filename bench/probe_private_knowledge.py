@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(Qwen2.5-Coder-1.5B, greedy; the mathematician answers GSM8K and the physician MedQA, "
         f"with D_i dealt by expertise over 8 clients; development questions; {seconds:.0f} s).",
         "",
-        "| question | gold | no cases | with cases | cases shown (own D_i) |", "|---|---|---|---|---|",
+        "| question | gold | no cases | with cases | cases shown (own D_i) |",
+        "|---|---|---|---|---|",
         *rows, "",
         f"Correct: {right[0]}/{n} without cases, {right[1]}/{n} with {a.k} solved cases; "
         f"{changed} of {n} answers changed ({better} to right, {worse} to wrong); tokens "

@@ -141,7 +141,9 @@ def _diff(ax: Any, rows: Sequence[Mapping[str, Any]], spec: Mapping[str, Any]) -
                 capsize=3, color="tab:blue")
     ax.axvline(0.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks(ys, [_label(r, spec.get("x")) for r in shown])
+    ax.invert_yaxis()  # the table's order, top down
     ax.set_xlabel("accuracy difference to the reference (points, 95% CI)")
+    ax.set_title("accuracy difference to the reference level, paired on the same questions")
 
 
 def _pick(rows: Sequence[Mapping[str, Any]], spec: Mapping[str, Any]) -> str:

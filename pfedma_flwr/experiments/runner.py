@@ -136,7 +136,7 @@ def _repetitions(base: VariantRun, seeds: Sequence[int]) -> list[VariantRun]:
         b.temperature > 0 for b in cfg.agent.backbones.values())
     if not sampled:
         return [base]
-    split = cfg.data.split_seed if cfg.data.split_seed >= 0 else cfg.seed
+    split = cfg.data.seed_for_split(cfg.seed)
     return [replace(base, seed=s, output_dir=base.output_dir.with_name(
         f"{base.output_dir.name}_seed={s}"), overrides=f"{base.overrides} seed={s} "
         f"data.split_seed={split}".strip()) for s in seeds]

@@ -136,10 +136,26 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
     from pfedma_flwr.experiments.runner import plan
 
     preset = load_preset("main")
-    runs = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path)}
-    # Table 1's methods by their strategy.name, and the lone agent reasoning with programs
-    levels = [*METHODS[:2], "single-agent-program", *METHODS[2:]]
+    choices = tmp_path / "choices"  # the small selection is the lead's dev run: stand in for it
+    choices.mkdir()
+    (choices / "best_single-small.yaml").write_text(
+        "overrides: {agent.profiles: [plain], agent.reasoning: program}\n")
+    runs = {v.labels["method"]: vr[0] for v, vr in plan(preset, "small", tmp_path,
+                                                        choices_dir=choices)}
+    # Table 1's methods by their strategy.name, the best single agent chosen on dev questions,
+    # the centralized bound, and the lone agent reasoning with programs
+    levels = [METHODS[0], "best-single", "centralized", METHODS[1], "single-agent-program",
+              *METHODS[2:]]
     assert list(runs) == levels
+    # best-single: the chosen configuration, one member of the 8-client federation answering;
+    # centralized: the same agent alone with the pooled data (one client)
+    for m, n in (("best-single", 8), ("centralized", 1)):
+        assert "'agent.profiles=[plain]'" in runs[m].overrides, m
+        assert "agent.reasoning=program" in runs[m].overrides
+        assert "strategy.name=single-agent" in runs[m].overrides and runs[m].num_clients == n
+    # test questions 100-129, never the development questions the choice was made on
+    assert "data.eval_offset=100" in runs["pfedma"].overrides
+    assert "data.queries_per_benchmark=30" in runs["pfedma"].overrides
     for m in METHODS[1:]:
         assert f"strategy.name={m}" in runs[m].overrides
     prog = runs["single-agent-program"]
@@ -147,6 +163,7 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
     assert "strategy.name=single-agent" in prog.overrides
     # the same agent pool and round budget for every method but the lone agents
     assert {runs[m].num_clients for m in METHODS if m != "single-agent"} == {8}
+    assert runs["best-single"].num_clients == 8
     # the single agent: one client whatever the size's N, one round, no filter, no rules, greedy
     assert runs["pfedma"].num_clients == 8 and runs["single-agent"].num_clients == 1
     single = runs["single-agent"].overrides
@@ -155,9 +172,10 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
         assert item in single, (item, single)
     assert "num_clients" not in single  # reserved level key, not a config override
     # the CLI's --num-clients does not turn the single agent into a federation
-    again = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path, num_clients=5)}
+    again = {v.labels["method"]: vr[0] for v, vr in plan(preset, "small", tmp_path, num_clients=5,
+                                                          choices_dir=choices)}
     assert again["single-agent"].num_clients == 1 and again["pfedma"].num_clients == 5
-    # at tiny size all nine run, on the same questions, with a method column in results.csv
+    # at tiny size all eleven run, on the same questions, with a method column in results.csv
     result = run_experiment("main", size="tiny", output_dir=tmp_path / "tiny",
                             executor=fakegrid_executor)
     rows = _read_csv(tmp_path / "tiny" / "results.csv")
