@@ -228,7 +228,7 @@ class ClientAgent:
             else:
                 prompts.append(build_agent_messages(
                     profile_prompt=self.profile.prompt, query_text=text,
-                    refinement=q.refinement, answer_kind=q.answer_kind,
+                    refinement=refinement, answer_kind=q.answer_kind,
                     few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
                 ))
         t0 = time.perf_counter()
@@ -259,7 +259,7 @@ class ClientAgent:
                 raw, why = mc.unpermuted(der.response, views[k][2]), der.error
             else:
                 parsed = parse_structured_response(gen.text, self.limits)
-                raw, why = parsed.response, parsed.error
+                raw, why = mc.unpermuted(parsed.response, views[k][2]), parsed.error
             if raw is None:
                 cut = "_truncated" if gen.finish_reason == "length" else ""
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,

@@ -74,6 +74,8 @@ def test_permuted_agent_answers_in_its_order_and_uploads_the_original_letter():
         line = next(ln for ln in msgs[-1]["content"].splitlines() if "thiamine" in ln)
         return f"{line[0]}. Intravenous thiamine treats it.\nThe answer is {line[0]}."
 
+    # agent a sees the original order, b and c others (option_order of "0|<key>|q1")
+    assert [mc.option_order(4, f"0|{k}|q1")[0] for k in "abc"] == [0, 3, 1]
     for key in ("a", "b", "c"):
         backend = MockBackend(pick_thiamine)
         agent = _agent(backend, permute_options=True, client_key=key)
@@ -125,3 +127,20 @@ def test_profiles_choose_option_ways_and_bad_values_are_refused():
         _agent(MockBackend(), option_reasoning="guess")
     with pytest.raises(ValueError, match="non-empty prompt"):
         AgentProfile(name="x", domains=("math",), prompt=" ")
+
+
+def test_a_json_answer_of_a_permuted_agent_is_mapped_back_too():
+    import json
+
+    def pick_thiamine(msgs):
+        line = next(ln for ln in msgs[-1]["content"].splitlines() if "thiamine" in ln)
+        return json.dumps({"claims": [{"claim": f"Option {line[0]} treats it.",
+                                       "evidence": [line]}],
+                           "final_answer": line[0], "domain_fit": 1, "self_confidence": 1})
+
+    assert mc.option_order(4, "0|z|q1")[0] != 0  # agent z sees thiamine elsewhere than A
+    agent = _agent(MockBackend(pick_thiamine), permute_options=True, client_key="z",
+                   response_format="json")
+    r = _ask(agent).responses[0].response
+    assert r.final_answer == "A" and r.claims[0].claim == "Option A treats it."
+    assert r.claims[0].evidence == ("A. Intravenous thiamine",)
