@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="extra", action="append", default=[],
                    help="extra override for every candidate")
     p.add_argument("--resume", action="store_true", help="continue an interrupted selection")
+    p.add_argument("--choices-dir", default="",
+                   help="where the choice file goes (default conf/experiments/choices)")
     p.add_argument("--port", type=int, default=39291)
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per candidate")
     a = p.parse_args(argv)
@@ -152,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.output_dir or f"outputs/experiments/{a.name}-{a.size}")
     try:
         select(a.name, size=a.size, output_dir=out, executor=flwr_executor(a.port, a.timeout),
-               extra=a.extra, resume=a.resume)
+               extra=a.extra, resume=a.resume,
+               choices_dir=Path(a.choices_dir) if a.choices_dir else None)
     except ValueError as e:
         p.error(str(e))
     return 0
