@@ -153,8 +153,9 @@ def _completed(out_dir: Path) -> bool:
 def _same_config(vr: VariantRun) -> bool:
     """Whether the run in ``vr.output_dir`` was made with ``vr``'s configuration.
 
-    Output and data-dir keys are left out (the launcher and the executors set them). A level
-    whose preset changed since it ran is run again rather than reused or resumed.
+    Output keys are left out, and the data dir unless the plan names one (the launcher and the
+    executors set them). A level whose preset changed since it ran is run again rather than
+    reused or resumed.
     """
     from pfedma_flwr.config import load_config, to_yaml
 
@@ -164,9 +165,12 @@ def _same_config(vr: VariantRun) -> bool:
         return False
     planned = yaml.safe_load(to_yaml(load_config(
         {"config-name": vr.config, "overrides": vr.overrides})))
+    if not isinstance(saved, dict) or not isinstance(planned, dict):
+        return False
     for d in (saved, planned):
-        if isinstance(d, dict):
-            d.pop("output", None)
+        d.pop("output", None)
+    if not (planned.get("data") or {}).get("data_dir"):  # the launcher fills in its default
+        for d in (saved, planned):
             (d.get("data") or {}).pop("data_dir", None)
     return bool(saved == planned)
 
