@@ -139,6 +139,12 @@ class RoutingConfig:
     prices: dict[str, float] = field(default_factory=dict)
     # backend of the llm orchestrator (used only when orchestrator = llm; docs/training.md)
     llm_backend: BackendConfig = field(default_factory=lambda: BackendConfig(max_tokens=256))
+    # C of an answer nothing could be compared with in its round: skip (C kept) | defer
+    # (compared with the others' answers when the query ends) | prior (defer; still alone:
+    # g = (1 - A_i) * 0.5, the filter's verdict at the agreement prior; docs/accuracy.md)
+    lone_answers: str = "prior"
+    # heuristic orchestrator: score minus cost_weight * price / the dearest candidate's price
+    cost_weight: float = 0.0
 
 
 @dataclass
@@ -186,6 +192,13 @@ class AgentConfig:
     # lessons of X_i recalled into a prompt, and the cosine a query needs to recall one
     lessons: int = 1
     lesson_min_sim: float = 0.6
+    # retrieved D_i examples as: turns (worked demonstrations as chat turns; tasks without a
+    # rationale get none) | cases (solved cases with their answers in the system prompt)
+    few_shot_style: str = "turns"
+    # multiple choice: profile (each profile's own) | cot | eliminate | verify
+    option_reasoning: str = "cot"
+    # each agent shows the options in its own seeded order (its answer is mapped back)
+    permute_options: bool = False
 
 
 @dataclass
@@ -197,11 +210,21 @@ class DataConfig:
     queries_per_benchmark: int = 10
     # size of the held-apart dev pool per benchmark (client private data is cut from it)
     dev_pool_per_benchmark: int = 200
-    # iid | dirichlet
+    # iid | dirichlet | profile (each domain dealt to the clients whose profile covers it)
     partition: str = "iid"
     alpha: float = 0.5
     # absolute path of the data dir; empty = PFEDMA_DATA_DIR or the repo's data/
     data_dir: str = ""
+    # seed of the question split and the partitions; -1 = the run's seed
+    split_seed: int = -1
+    # questions of each benchmark's stream skipped first (development questions)
+    eval_offset: int = 0
+    # default (the evaluation stream) | unseen (questions no default run draws; split.py)
+    question_set: str = "default"
+
+    def seed_for_split(self, run_seed: int) -> int:
+        """The seed of the questions and partitions: ``split_seed``, else the run's."""
+        return self.split_seed if self.split_seed >= 0 else run_seed
 
 
 @dataclass

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pfedma_flwr.agents.options import OPTION_WAYS
 from pfedma_flwr.aggregation.refinement import REFINE_STYLES
+from pfedma_flwr.data.split import QUESTION_SETS
+from pfedma_flwr.routing.lone import LONE_ANSWERS
 from pfedma_flwr.rules.modes import RULE_MODES
 
 if TYPE_CHECKING:
     from pfedma_flwr.config import PFedMAConfig
 
 ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
-PARTITIONS = ("iid", "dirichlet")
+PARTITIONS = ("iid", "dirichlet", "profile")
 ADVERSARY_KINDS = ("injection", "unreliable")
 ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
-__all__ = ["ABLATIONS", "ADVERSARY_KINDS", "ATTACK_POOLS", "PARTITIONS", "REFINE_STYLES",
-           "config_problems"]
+__all__ = ["ABLATIONS", "ADVERSARY_KINDS", "ATTACK_POOLS", "LONE_ANSWERS", "OPTION_WAYS",
+           "PARTITIONS", "QUESTION_SETS", "REFINE_STYLES", "config_problems"]
 
 
 def config_problems(cfg: PFedMAConfig) -> list[str]:
@@ -79,4 +82,24 @@ def config_problems(cfg: PFedMAConfig) -> list[str]:
         (cfg.adversary.attacks in ATTACK_POOLS,
          f"adversary.attacks must be one of {ATTACK_POOLS}, got {cfg.adversary.attacks!r}"),
     ]
-    return [msg for ok, msg in checks if not ok]
+    return [msg for ok, msg in checks + _source_checks(cfg) if not ok]
+
+
+def _source_checks(cfg: PFedMAConfig) -> list[tuple[bool, str]]:
+    """Knowledge and ways of working of the agents, question sets, lone answers (issue 33)."""
+    a, d, r = cfg.agent, cfg.data, cfg.routing
+    return [
+        (a.few_shot_style in ("turns", "cases"),
+         f"agent.few_shot_style must be turns|cases, got {a.few_shot_style!r}"),
+        (a.option_reasoning in ("profile", *OPTION_WAYS),
+         f"agent.option_reasoning must be profile|{'|'.join(OPTION_WAYS)}, got "
+         f"{a.option_reasoning!r}"),
+        (d.split_seed >= -1, f"data.split_seed must be >= 0 (or -1: the run's), got "
+                             f"{d.split_seed}"),
+        (d.eval_offset >= 0, f"data.eval_offset must be >= 0, got {d.eval_offset}"),
+        (d.question_set in QUESTION_SETS,
+         f"data.question_set must be one of {QUESTION_SETS}, got {d.question_set!r}"),
+        (r.lone_answers in LONE_ANSWERS,
+         f"routing.lone_answers must be one of {LONE_ANSWERS}, got {r.lone_answers!r}"),
+        (r.cost_weight >= 0.0, f"routing.cost_weight must be >= 0, got {r.cost_weight}"),
+    ]

@@ -40,9 +40,11 @@ def output_dir(cfg: PFedMAConfig) -> Path:
 def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     """Everything ``main`` does, callable from tests with any grid."""
     out = output_dir(cfg)
+    d = cfg.data
     tasks = sample_eval_tasks(
-        cfg.data.benchmarks, cfg.data.queries_per_benchmark, cfg.seed,
-        cfg.data.data_dir or None, dev_pool_per_benchmark=cfg.data.dev_pool_per_benchmark,
+        d.benchmarks, d.queries_per_benchmark, d.seed_for_split(cfg.seed), d.data_dir or None,
+        dev_pool_per_benchmark=d.dev_pool_per_benchmark, offset=d.eval_offset,
+        question_set=d.question_set,
     )
     progress = RoundProgress(total=len(tasks), enabled=cfg.output.progress)
     finished_lines: list[dict[str, object]] = []

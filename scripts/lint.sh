@@ -35,6 +35,8 @@ TYPED=(
   pfedma_flwr/rules/guard_catalogue.py pfedma_flwr/rules/guard_rules.py pfedma_flwr/agents/guard.py
   pfedma_flwr/agents/tool_plan.py pfedma_flwr/data/bench_asb_tasks.py pfedma_flwr/client/posing.py
   pfedma_flwr/experiments/agent_benchmarks.py
+  pfedma_flwr/experiments/stats.py pfedma_flwr/experiments/compare.py
+  pfedma_flwr/experiments/select.py pfedma_flwr/agents/options.py pfedma_flwr/routing/lone.py
 )
 
 echo "[lint] ruff check"

@@ -106,11 +106,12 @@ class ProgramRun:
 
 
 def program_messages(*, profile_prompt: str, query_text: str, refinement: str = "",
-                     lessons: Sequence[str] = ()) -> list[dict[str, str]]:
-    """Chat messages asking for a program (the profile, :data:`INSTRUCTION`, lessons ``X_i``)."""
+                     lessons: Sequence[str] = (), cases: Sequence[tuple[str, str, str]] = ()
+                     ) -> list[dict[str, str]]:
+    """Chat messages asking for a program (profile, :data:`INSTRUCTION`, ``X_i``, D_i cases)."""
     return build_reasoning_messages(profile_prompt=profile_prompt, query_text=query_text,
                                     refinement=refinement, answer_kind="number",
-                                    lessons=lessons, instruction=INSTRUCTION)
+                                    lessons=lessons, instruction=INSTRUCTION, cases=cases)
 
 
 def extract_code(text: str) -> str:

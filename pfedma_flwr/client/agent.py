@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pfedma_flwr.agents import options as mc
 from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import (
@@ -36,7 +37,7 @@ from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pos
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
-from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
+from pfedma_flwr.data.retrieval import as_case, get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import (
     DEFAULT_LIMITS,
@@ -106,6 +107,14 @@ class ClientAgent:
         How numeric tasks are solved (reasoning format only): chain of thought, or a Python
         program run on this client (:mod:`pfedma_flwr.agents.program`); a program that fails
         falls back to chain of thought. Default: the profile's own.
+    few_shot_style : {"turns", "cases"}
+        Retrieved examples of ``D_i`` as demonstration turns, or as solved cases with their
+        answers in the system prompt (:func:`~pfedma_flwr.agents.prompting.solved_cases`).
+    option_reasoning : {"cot", "eliminate", "verify"}, optional
+        How multiple choice is answered (:mod:`pfedma_flwr.agents.options`); default: the
+        profile's own.
+    permute_options : bool
+        Show the options in this agent's own seeded order; its letter is mapped back.
     """
 
     def __init__(
@@ -118,6 +127,8 @@ class ClientAgent:
         client_key: str = "", hooks: Sequence[AgentHook] = (),
         response_format: str = "reasoning", seed: int = 0, lessons: int = 1,
         lesson_min_sim: float = 0.6, reasoning: str | None = None,
+        few_shot_style: str = "turns", option_reasoning: str | None = None,
+        permute_options: bool = False,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
@@ -131,6 +142,12 @@ class ClientAgent:
         if self.reasoning not in REASONING_METHODS:
             raise ValueError(f"reasoning must be one of {REASONING_METHODS}, got {reasoning!r}")
         self.n_lessons, self.lesson_min_sim = lessons, lesson_min_sim
+        self.option_way = profile.option_reasoning if option_reasoning is None else option_reasoning
+        if self.option_way not in mc.OPTION_WAYS or few_shot_style not in ("turns", "cases"):
+            raise ValueError(f"option_reasoning must be one of {mc.OPTION_WAYS} and "
+                             f"few_shot_style turns|cases, got {option_reasoning!r}, "
+                             f"{few_shot_style!r}")
+        self.few_shot_style, self.permute_options = few_shot_style, permute_options
         if few_shot_scope not in FEW_SHOT_SCOPES:
             raise ValueError(f"few_shot_scope must be one of {FEW_SHOT_SCOPES}, "
                              f"got {few_shot_scope!r}")
@@ -156,7 +173,8 @@ class ClientAgent:
     def describe(self) -> ClientDescription:
         """Public profile metadata for routing (no private data)."""
         return ClientDescription(profile_name=self.profile.name, domains=self.profile.domains,
-                                 description=self.profile.prompt, backbone=self.profile.backbone,
+                                 description=self.profile.prompt or "A helpful assistant.",
+                                 backbone=self.profile.backbone,
                                  reasoning=self.reasoning if self.response_format == "reasoning"
                                  else "cot", client_key=self.client_key)
 
@@ -193,31 +211,37 @@ class ClientAgent:
         prompts = []
         programs: set[int] = set()
         seen: list[str] = []  # each task as this client's model saw it (after the hooks)
+        views = [self._view(q) for q in ins.queries]  # options in this agent's order
         for k, q in enumerate(ins.queries):
-            text = q.text
+            text, refinement, _ = views[k]
             for hook in self.hooks:
                 text = hook.task_text(q.query_id, text)
             seen.append(text)
             shots = shots_of[q.query_id]
+            cases = [as_case(t) for t in shots] if self.few_shot_style == "cases" else ()
+            turns = shots if self.few_shot_style == "turns" else []
             if q.task_format in BENCHMARK_FORMATS:
                 prompts.append(pose(q, text, state.rules))
             elif reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
                 programs.add(k)
                 prompts.append(program_messages(
                     profile_prompt=self.profile.prompt, query_text=text,
-                    refinement=q.refinement, lessons=lessons_of.get(q.query_id, ())))
+                    refinement=refinement, lessons=lessons_of.get(q.query_id, ()),
+                    cases=cases))
             elif reasoning:
                 prompts.append(build_reasoning_messages(
                     profile_prompt=self.profile.prompt, query_text=text,
-                    refinement=q.refinement, answer_kind=q.answer_kind,
+                    refinement=refinement, answer_kind=q.answer_kind,
                     few_shot=[(t.question, reasoning_demo(t.rationale, t.gold, q.answer_kind))
-                              for t in shots if t.rationale],
-                    lessons=lessons_of.get(q.query_id, ()),
+                              for t in turns if t.rationale],
+                    lessons=lessons_of.get(q.query_id, ()), cases=cases,
+                    instruction=mc.ELIMINATE_INSTRUCTION if q.answer_kind == "option"
+                    and self.option_way == "eliminate" else "",
                 ))
             else:
                 prompts.append(build_agent_messages(
                     profile_prompt=self.profile.prompt, query_text=text,
-                    refinement=q.refinement, answer_kind=q.answer_kind,
+                    refinement=refinement, answer_kind=q.answer_kind,
                     few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
                 ))
         t0 = time.perf_counter()
@@ -226,12 +250,13 @@ class ClientAgent:
         fallback = self._run_programs(ins.queries, programs, prompts, gens, texts,
                                       seed=self._seed(ins.server_round) ^ 1)
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
+        verified = self._verify(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {
             (c.text, c.action): c for c in guard_cands}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
-            tokens = gen.tokens + repaired.get(k, 0) + fallback.get(k, 0)
+            tokens = gen.tokens + repaired.get(k, 0) + fallback.get(k, 0) + verified.get(k, 0)
             if gen.error:
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("backend",
@@ -241,12 +266,12 @@ class ClientAgent:
             if q.task_format in BENCHMARK_FORMATS:
                 raw, why = read_reply(q, seen[k], texts[k], state.rules)
             elif reasoning and not _is_json(texts[k]):
-                der = derive_response(texts[k], question=q.text, answer_kind=q.answer_kind,
+                der = derive_response(texts[k], question=views[k][0], answer_kind=q.answer_kind,
                                       domain_fit=self._domain_fit(q))
-                raw, why = der.response, der.error
+                raw, why = mc.unpermuted(der.response, views[k][2]), der.error
             else:
                 parsed = parse_structured_response(gen.text, self.limits)
-                raw, why = parsed.response, parsed.error
+                raw, why = mc.unpermuted(parsed.response, views[k][2]), parsed.error
             if raw is None:
                 cut = "_truncated" if gen.finish_reason == "length" else ""
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
@@ -274,8 +299,10 @@ class ClientAgent:
         return self._outgoing(state, ClientReply(
             responses=tuple(responses), candidates=tuple(candidates.values()),
             feedback=tuple(state.rules.round_feedback()),
-            backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0),
-            tokens=sum(g.tokens for g in gens) + sum(repaired.values()) + sum(fallback.values()),
+            backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0) + (1 if verified
+                                                                               else 0),
+            tokens=sum(g.tokens for g in gens) + sum(repaired.values()) + sum(fallback.values())
+            + sum(verified.values()),
             gen_seconds=gen_seconds,
         ))
 
@@ -377,6 +404,20 @@ class ClientAgent:
             if not g.error and g.text.strip():
                 texts[k] = f"{texts[k].rstrip()}\n{g.text.strip()}"
         return out
+
+    def _view(self, q: RoutedQuery) -> tuple[str, str, dict[str, str]]:
+        """Task, refinement and shown → original letters as this agent sees them (options.py)."""
+        return mc.agent_view(q.text, q.refinement, permute=self.permute_options
+                             and q.answer_kind == "option",
+                             key=f"{self.seed}|{self.client_key}|{q.query_id}")
+
+    def _verify(self, queries: Sequence[RoutedQuery], prompts: list[Any], gens: Sequence[Any],
+                texts: list[str]) -> dict[int, int]:
+        """The ``verify`` way of multiple choice (:func:`~.options.verify_answers`)."""
+        if self.option_way != "verify":
+            return {}
+        return mc.verify_answers(self.backend, [q.text for q in queries],
+                                 [q.answer_kind for q in queries], prompts, gens, texts)
 
     def _recall(self, queries: Sequence[RoutedQuery], state: AgentState) -> dict[str, list[str]]:
         """The lessons of ``X_i`` most similar to each query (at most ``lessons``, cos-bounded)."""

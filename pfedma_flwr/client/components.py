@@ -18,8 +18,8 @@ from pfedma_flwr.agents.hooks import Adversary, AgentHook
 from pfedma_flwr.client.agent import ClientAgent
 from pfedma_flwr.client.node_security import NodePolicy, check_config_name
 from pfedma_flwr.config import AgentConfig, BackendConfig, PFedMAConfig, load_config
-from pfedma_flwr.data.partition import partition_tasks
-from pfedma_flwr.data.profiles import AgentProfile, profile_for_client
+from pfedma_flwr.data.partition import PROFILE_SCHEME, partition_by_expertise, partition_tasks
+from pfedma_flwr.data.profiles import AgentProfile, knowledge_domain, profile_for_client
 from pfedma_flwr.data.split import dev_pool
 from pfedma_flwr.embeddings import get_embedder
 from pfedma_flwr.registry import plugin_imports
@@ -95,10 +95,17 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
     pid, n = node_identity(node)
     a, d = cfg.agent, cfg.data
     data_dir = policy.data_dir_for(d.data_dir) or None
+    split_seed = d.seed_for_split(cfg.seed)
     pool = dev_pool(d.benchmarks, dev_pool_per_benchmark=d.dev_pool_per_benchmark,
-                    seed=cfg.seed, data_dir=data_dir)
-    private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha, seed=cfg.seed)
+                    seed=split_seed, data_dir=data_dir)
     names = [str(node["profile"])] if node.get("profile") else a.profiles or None
+    if d.partition == PROFILE_SCHEME:  # the profiles of all clients of the rotation
+        private = partition_by_expertise(
+            pool, [profile_for_client(i, a.profiles or None).domains for i in range(n)], pid,
+            seed=split_seed, domain_of=knowledge_domain)
+    else:
+        private = partition_tasks(pool, n, pid, scheme=d.partition, alpha=d.alpha,
+                                  seed=split_seed)
     profile, section = profile_backend(
         a, profile_for_client(0 if node.get("profile") else pid, names))
     where = "agent.backend" if section is a.backend else f"agent.backbones.{profile.backbone}"
@@ -131,6 +138,8 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         response_format=a.response_format, seed=cfg.seed * 1000 + pid, lessons=a.lessons,
         lesson_min_sim=a.lesson_min_sim,
         reasoning=policy.reasoning(profile.reasoning if a.reasoning == "profile" else a.reasoning),
+        few_shot_style=a.few_shot_style, permute_options=a.permute_options,
+        option_reasoning=None if a.option_reasoning == "profile" else a.option_reasoning,
     )
 
 

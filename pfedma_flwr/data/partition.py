@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEMES = ("iid", "dirichlet")
+#: Not a flwr-datasets partitioner: each domain's tasks go to the clients whose profile covers
+#: it (:func:`partition_by_expertise`), so a math client knows math and a medical one medicine.
+PROFILE_SCHEME = "profile"
 
 
 def partition_tasks(
@@ -98,6 +101,40 @@ def partition_tasks(
                                seed)
     rows = partitioner.load_partition(partition_id)["idx"]
     return [tasks[i] for i in rows]
+
+
+def partition_by_expertise(
+    tasks: Sequence[Task], client_domains: Sequence[Sequence[str]], partition_id: int, *,
+    seed: int = 0, domain_of: Callable[[str], str] = lambda d: d,
+) -> list[Task]:
+    """Client ``partition_id``'s ``D_i`` when clients hold the data of their expertise.
+
+    The tasks of each knowledge domain (``domain_of(task.domain)``) are shuffled with ``seed``
+    and dealt in turn to the clients whose ``client_domains[i]`` include that domain; a
+    domain no client covers is dealt to all clients. Partitions are disjoint and cover
+    ``tasks``; a client covering no domain of the pool holds only such uncovered tasks.
+
+    Raises
+    ------
+    ValueError
+        On an out-of-range ``partition_id`` or duplicate task ids.
+    """
+    n = len(client_domains)
+    if not 0 <= partition_id < n:
+        raise ValueError(f"partition_id must be in [0, {n}), got {partition_id}")
+    if len({t.task_id for t in tasks}) != len(tasks):
+        raise ValueError("tasks must have unique task_id values to be partitioned")
+    by_domain: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        by_domain.setdefault(domain_of(t.domain), []).append(i)
+    mine: list[int] = []
+    for k, (dom, idx) in enumerate(sorted(by_domain.items())):
+        holders = [c for c in range(n) if dom in client_domains[c]] or list(range(n))
+        order = np.random.default_rng([seed, k]).permutation(len(idx))
+        if partition_id in holders:
+            share = holders.index(partition_id)
+            mine.extend(idx[int(j)] for j in order[share::len(holders)])
+    return [tasks[i] for i in sorted(mine)]
 
 
 def partition_sizes(

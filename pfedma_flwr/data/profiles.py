@@ -1,6 +1,7 @@
 """Agent profiles: the expertise and system prompt that make client agents heterogeneous.
 
-Twenty built-in profiles cover twelve knowledge domains. Client ``i`` gets
+Twenty built-in profiles cover twelve knowledge domains; ``plain`` (no persona) is registered
+beside them for the single-agent baselines. Client ``i`` gets
 ``profiles[i % len(profiles)]`` of the built-in rotation or of a configured list of names
 (``agent.profiles``). Out-of-tree profiles are reachable as ``module:attr``.
 """
@@ -16,6 +17,9 @@ KNOWLEDGE_DOMAINS = (
     "math", "medicine", "law", "finance", "physics", "chemistry", "biology",
     "computer science", "history", "psychology", "economics", "general",
 )
+
+# The one profile without a prompt (PLAIN_PROFILE below).
+PLAIN = "plain"
 
 # Task domain (benchmarks.TASK_DOMAINS) → knowledge domain of the profiles.
 # Web-agent safety decisions (Mind2Web-SC) need no specialist knowledge; privacy norms
@@ -44,6 +48,9 @@ class AgentProfile:
         How the agent solves tasks with a numeric answer: a chain of thought, or a short
         Python program the client runs (:mod:`pfedma_flwr.agents.program`). Other tasks are
         always answered in chain of thought. ``agent.reasoning`` can override it for all.
+    option_reasoning : {"cot", "eliminate", "verify"}
+        How it answers multiple choice (:mod:`pfedma_flwr.agents.options`), used when
+        ``agent.option_reasoning`` is ``profile``.
     """
 
     name: str
@@ -51,6 +58,7 @@ class AgentProfile:
     prompt: str
     backbone: str = "default"
     reasoning: str = "cot"
+    option_reasoning: str = "cot"
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name:
@@ -63,21 +71,26 @@ class AgentProfile:
             raise ValueError(
                 f"profile {self.name!r}: unknown domains {unknown}; known: {KNOWLEDGE_DOMAINS}"
             )
-        if not self.prompt.strip():
+        if not self.prompt.strip() and self.name != PLAIN:
             raise ValueError(f"profile {self.name!r} needs a non-empty prompt")
         if not self.backbone:
             raise ValueError(f"profile {self.name!r} needs a backbone ('default' for the default)")
         if self.reasoning not in ("cot", "program"):
             raise ValueError(f"profile {self.name!r}: reasoning must be cot|program, "
                              f"got {self.reasoning!r}")
+        if self.option_reasoning not in ("cot", "eliminate", "verify"):
+            raise ValueError(f"profile {self.name!r}: option_reasoning must be "
+                             f"cot|eliminate|verify, got {self.option_reasoning!r}")
 
     def covers(self, knowledge_domain: str) -> bool:
         """Whether ``knowledge_domain`` is one of this profile's domains."""
         return knowledge_domain in self.domains
 
 
-def _p(name: str, domains: tuple[str, ...], prompt: str, reasoning: str = "cot") -> AgentProfile:
-    return AgentProfile(name=name, domains=domains, prompt=prompt, reasoning=reasoning)
+def _p(name: str, domains: tuple[str, ...], prompt: str, reasoning: str = "cot",
+       option_reasoning: str = "cot") -> AgentProfile:
+    return AgentProfile(name=name, domains=domains, prompt=prompt, reasoning=reasoning,
+                        option_reasoning=option_reasoning)
 
 
 # Order matters: small federations take a prefix, so math, medicine and generalist agents come
@@ -104,7 +117,7 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     _p("pharmacologist", ("medicine", "chemistry"),
        "You are a clinical pharmacologist. Reason about mechanisms of action, pharmacokinetics, "
        "adverse effects, contraindications and drug interactions, and connect them to the "
-       "patient's presentation when choosing an answer."),
+       "patient's presentation when choosing an answer.", option_reasoning="eliminate"),
     _p("lawyer", ("law",),
        "You are a precise lawyer. Identify the governing rule, apply it element by element to "
        "the facts, distinguish holdings from dicta, and note exceptions and jurisdictional "
@@ -120,7 +133,7 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     _p("clinical-nurse", ("medicine", "psychology"),
        "You are a senior clinical nurse. Focus on patient safety, triage priorities, symptom "
        "assessment and the practical next step in care, and flag findings that need urgent "
-       "escalation."),
+       "escalation.", option_reasoning="verify"),
     _p("computer-scientist", ("computer science", "math"),
        "You are a computer scientist. Break problems into precise steps like an algorithm, track "
        "every intermediate value, consider edge cases, and verify the result by re-tracing the "
@@ -130,7 +143,8 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
        "mechanisms, balance every equation, and check quantities and units at each step."),
     _p("biologist", ("biology", "medicine"),
        "You are a molecular and cell biologist. Explain phenomena through genetics, biochemical "
-       "pathways and physiology, and connect molecular mechanisms to observable outcomes."),
+       "pathways and physiology, and connect molecular mechanisms to observable outcomes.",
+       option_reasoning="verify"),
     _p("historian", ("history", "general"),
        "You are a historian. Place events in their chronological and social context, "
        "distinguish primary evidence from interpretation, and weigh competing accounts before "
@@ -161,11 +175,15 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     _p("medical-educator", ("medicine", "biology"),
        "You are a medical educator who prepares students for licensing exams. Identify the key "
        "clue in each clinical vignette, recall the underlying pathophysiology, and rule out each "
-       "distractor option explicitly."),
+       "distractor option explicitly.", option_reasoning="eliminate"),
 )
 
+#: No persona at all: the system message holds only the way of reasoning (the plain
+#: chain-of-thought baseline). Registered by name, not part of the rotation.
+PLAIN_PROFILE = AgentProfile(name=PLAIN, domains=("general",), prompt="")
+
 PROFILES: Registry[AgentProfile] = Registry("agent profile")
-for _profile in BUILTIN_PROFILES:
+for _profile in (*BUILTIN_PROFILES, PLAIN_PROFILE):
     PROFILES.add(_profile.name, _profile)
 del _profile
 

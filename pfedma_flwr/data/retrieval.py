@@ -135,6 +135,18 @@ def retrieve_examples(
     )
 
 
+def as_case(task: Task) -> tuple[str, str, str]:
+    """A retrieved task as a solved case: its question, worked solution and answer.
+
+    A multiple-choice answer names its option (``"A. Intravenous thiamine"``), so a case
+    without a worked solution (MedQA) still says what was right.
+    """
+    answer = task.gold
+    if task.answer_kind == "option" and task.options.get(task.gold):
+        answer = f"{task.gold}. {task.options[task.gold]}"
+    return task.question, task.rationale, answer
+
+
 def clear_retrieval_cache() -> None:
     """Drop every cached pool embedding matrix."""
     with _LOCK:

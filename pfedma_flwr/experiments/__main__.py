@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pfedma_flwr.experiments.presets import SIZES, load_preset, preset_names
-from pfedma_flwr.experiments.runner import flwr_executor, run_experiment, select_variants
+from pfedma_flwr.experiments.runner import flwr_executor, plan, run_experiment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +24,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra override for every variant, e.g. --set strategy.t_max=3")
     p.add_argument("--reuse", action="store_true",
                    help="skip variants whose run directory already holds a completed run")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted experiment: completed levels are kept, an "
+                        "interrupted one continues from its checkpoint")
+    p.add_argument("--seeds", default="", metavar="S[,S...]",
+                   help="repeat every sampled variant once per seed (e.g. 0,1,2): mean ± sd")
     p.add_argument("--only", action="append", default=[], metavar="AXIS=LEVEL[,LEVEL]",
                    help="run only these variants, e.g. --only rho=0.4 (repeat for more axes)")
+    p.add_argument("--choices-dir", default="",
+                   help="where levels' choice files are read (default conf/experiments/choices)")
     p.add_argument("--port", type=int, default=39291, help="SuperLink port (+2 control)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per variant")
     a = p.parse_args(argv)
@@ -35,16 +42,22 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not axis.strip() or not levels.strip():
             p.error(f"--only expects AXIS=LEVEL[,LEVEL], got {item!r}")
         only.setdefault(axis.strip(), []).extend(x.strip() for x in levels.split(","))
+    out = Path(a.output_dir or f"outputs/experiments/{a.name}-{a.size}")
+    choices = Path(a.choices_dir) if a.choices_dir else None
     try:
-        select_variants(load_preset(a.name).variants(), only)
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+        # every level resolvable before anything runs: axes, levels, sizes, choice files
+        plan(load_preset(a.name), a.size, out.resolve(), only=only, choices_dir=choices)
     except ValueError as e:
         p.error(str(e))
+    if len(set(seeds)) != len(seeds):
+        p.error(f"--seeds repeats a seed: {a.seeds}")
     logging.basicConfig(level=logging.INFO, format="[experiments] %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health poll otherwise
-    out = Path(a.output_dir or f"outputs/experiments/{a.name}-{a.size}")
     result = run_experiment(a.name, size=a.size, output_dir=out, num_clients=a.num_clients,
                             executor=flwr_executor(a.port, a.timeout), extra=a.extra,
-                            reuse=a.reuse, only=only)
+                            reuse=a.reuse, only=only, resume=a.resume, seeds=seeds,
+                            choices_dir=choices)
     logging.getLogger(__name__).info("wrote %s", ", ".join(result["files"]))
     return 0
 

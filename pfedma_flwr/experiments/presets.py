@@ -18,9 +18,13 @@ config overrides), the table columns and the plots. Format (every key but ``axes
     exclude: [{method: [single-agent], rho: ["0.2"]}]   # combinations not to run
     columns: [ACC, ASR]
     plots: [{kind: line, x: rho, y: ASR, hue: method}]
+    reference: {method: PFedMA}   # rows are compared with this level (compare.py)
 
-Override precedence: the shared size's ``set`` < ``base`` < the preset's own size ``set`` < axis
-levels (in axis order) < ``--set`` of the command line.
+A level may name a **choice file** (``choice: best_single``): the overrides another command
+wrote into ``conf/experiments/choices/<name>-<size>.yaml`` (e.g. the single-agent configuration
+selected on dev questions, :mod:`pfedma_flwr.experiments.select`), applied below the level's own
+keys. Override precedence: the shared size's ``set`` < ``base`` < the preset's own size ``set``
+< a level's choice file < axis levels (in axis order) < ``--set`` of the command line.
 """
 
 from __future__ import annotations
@@ -38,10 +42,14 @@ from pfedma_flwr.config import CONF_DIR
 
 EXPERIMENTS_DIR = CONF_DIR / "experiments"
 SIZES = ("tiny", "small", "paper")
-PLOT_KINDS = ("bar", "line", "grid", "benchmarks", "selection", "capability")
+PLOT_KINDS = ("bar", "line", "grid", "benchmarks", "selection", "capability", "diff")
 # Reserved key of an axis level: the number of simulated clients of that variant (not a
 # config key; it wins over the size's and the command line's client count).
 NUM_CLIENTS_KEY = "num_clients"
+# Reserved key of an axis level: the stem of a choice file in CHOICES_DIR (module docstring).
+CHOICE_KEY = "choice"
+CHOICES_DIR = EXPERIMENTS_DIR / "choices"
+_RESERVED = (NUM_CLIENTS_KEY, CHOICE_KEY)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class Variant:
     overrides: dict[str, Any]
     # a level's reserved ``num_clients`` key (the single-agent baseline runs one client)
     num_clients: int | None = None
+    # a level's reserved ``choice`` key: the choice file whose overrides it starts from
+    choice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,8 @@ class ExperimentPreset:
     # (no attack, no defence) comes from that level's clean run, BP (defences on) from the
     # level's own; a level not listed has no defence to switch off (PNA = BP)
     undefended: dict[str, dict[str, str]] = field(default_factory=dict)
+    # axis -> level every row is compared with (intervals and McNemar, compare.py)
+    reference: dict[str, str] = field(default_factory=dict)
 
     def variants(self) -> list[Variant]:
         """The Cartesian product of the axes minus ``exclude``, in axis and level order."""
@@ -98,12 +110,13 @@ class ExperimentPreset:
             if any(all(labels[a] in lv for a, lv in rule.items()) for rule in self.exclude):
                 continue
             over: dict[str, Any] = {}
-            n_clients = None
+            n_clients = choice = None
             for _, o in levels:
-                over.update({k: v for k, v in o.items() if k != NUM_CLIENTS_KEY})
+                over.update({k: v for k, v in o.items() if k not in _RESERVED})
                 n_clients = o.get(NUM_CLIENTS_KEY, n_clients)
+                choice = o.get(CHOICE_KEY, choice)
             out.append(Variant(name=variant_name(labels), labels=labels, overrides=over,
-                               num_clients=n_clients))
+                               num_clients=n_clients, choice=choice))
         return out
 
     def size(self, size: str) -> SizeSpec:
@@ -158,7 +171,7 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
     """Validate a loaded preset (sizes merged over ``shared_sizes``); errors name the key."""
     d = _mapping(data, f"experiment {name}")
     unknown = sorted(set(d) - {"description", "sizes", "base", "axes", "columns", "plots",
-                               "exclude", "undefended"})
+                               "exclude", "undefended", "reference"})
     if unknown:
         raise ValueError(f"experiment {name}: unknown keys {unknown}")
     sizes = {}
@@ -187,6 +200,10 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
             if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
                 raise ValueError(f"experiment {name}: axes.{a}.{lvl}.num_clients must be an "
                                  f"int >= 1, got {n!r}")
+            ch = o.get(CHOICE_KEY)
+            if ch is not None and (not isinstance(ch, str) or not ch.isidentifier()):
+                raise ValueError(f"experiment {name}: axes.{a}.{lvl}.choice must name a choice "
+                                 f"file stem (letters, digits, _), got {ch!r}")
     cols = tuple(str(c) for c in d.get("columns") or ("ACC",))
     clash = sorted(set(cols) & set(axes))
     if clash:
@@ -200,7 +217,40 @@ def parse_preset(name: str, data: Any, shared_sizes: Mapping[str, Any] | None = 
         base=_mapping(d.get("base"), f"{name}.base"), axes=axes,
         columns=cols, plots=plots, exclude=_exclude(name, d.get("exclude"), axes),
         undefended=_undefended(name, d.get("undefended"), axes),
+        reference=_reference(name, d.get("reference"), axes),
     )
+
+
+def _reference(name: str, spec: Any, axes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """``reference`` validated: one axis of the preset and one of its levels."""
+    ref = {str(k): str(v) for k, v in _mapping(spec, f"{name}.reference").items()}
+    if len(ref) > 1:
+        raise ValueError(f"experiment {name}: reference names one axis, got {sorted(ref)}")
+    for a, lvl in ref.items():
+        if a not in axes or lvl not in axes[a]:
+            raise ValueError(f"experiment {name}: reference {a}={lvl} is not a level of the "
+                             f"preset; axes: { {k: list(v) for k, v in axes.items()} }")
+    return ref
+
+
+def choice_overrides(stem: str, size: str, choices_dir: Path | None = None) -> dict[str, Any]:
+    """The ``overrides`` mapping of choice file ``<stem>-<size>.yaml`` (module docstring).
+
+    Raises ``ValueError`` naming the file and the command that writes it when it is missing
+    or malformed.
+    """
+    path = (choices_dir or CHOICES_DIR) / f"{stem}-{size}.yaml"
+    if not path.is_file():
+        raise ValueError(f"choice file {path} not found: it is written by "
+                         f"`python3 -m pfedma_flwr.experiments.select {stem} --size {size}` "
+                         f"(a selection on dev questions)")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    over = data.get("overrides") if isinstance(data, dict) else None
+    if not isinstance(over, dict) or not over:
+        raise ValueError(f"choice file {path}: expected a non-empty mapping 'overrides'")
+    if bad := sorted(str(k) for k in over if str(k).startswith("data.") or k == "seed"):
+        raise ValueError(f"choice file {path} sets {bad}: a choice must not change the questions")
+    return {str(k): v for k, v in over.items()}
 
 
 def _undefended(name: str, spec: Any, axes: Mapping[str, Mapping[str, Any]]

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics, load_run, run_metrics
+from pfedma_flwr.experiments.compare import add_comparisons, correctness
 from pfedma_flwr.experiments.plots import make_plots
-from pfedma_flwr.experiments.presets import ExperimentPreset, load_preset, overrides_text
-from pfedma_flwr.experiments.tables import write_tables
+from pfedma_flwr.experiments.presets import (
+    ExperimentPreset,
+    choice_overrides,
+    load_preset,
+    overrides_text,
+)
+from pfedma_flwr.experiments.stats import mean_sd
+from pfedma_flwr.experiments.tables import write_comparison, write_tables
 from pfedma_flwr.server.results import write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -40,6 +50,10 @@ class VariantRun:
         Shell-quoted dotted overrides (``load_config`` / ``launch.run`` syntax).
     output_dir : Path
         Absolute output directory of the run.
+    resume : bool
+        Continue the run from ``output_dir/checkpoint.json`` (an interrupted level).
+    seed : int, optional
+        The run seed of this repetition (``--seeds``); ``None``: the configuration's own.
     """
 
     experiment: str
@@ -48,6 +62,8 @@ class VariantRun:
     num_clients: int
     overrides: str
     output_dir: Path
+    resume: bool = False
+    seed: int | None = None
 
 
 Executor = Callable[[VariantRun], None]
@@ -60,7 +76,7 @@ def flwr_executor(port: int = 39291, timeout: float = 3600.0) -> Executor:
         from pfedma_flwr.experiments.launch import run  # Flower CLI machinery only when used
 
         rc = run(config=v.config, num_clients=v.num_clients, output_dir=v.output_dir,
-                 overrides=v.overrides, port=port, timeout=timeout)
+                 overrides=v.overrides, port=port, timeout=timeout, resume=v.resume)
         if rc != 0:
             raise RuntimeError(f"variant {v.variant} of {v.experiment} failed (rc={rc}); "
                                f"see {v.output_dir / 'run.log'}")
@@ -86,18 +102,44 @@ def select_variants(variants: Sequence[Any], only: Mapping[str, Sequence[str]]) 
 
 def plan(preset: ExperimentPreset, size: str, output_dir: Path, *,
          num_clients: int | None = None, extra: Sequence[str] = (),
-         only: Mapping[str, Sequence[str]] | None = None) -> list[tuple[Any, VariantRun]]:
-    """The runs of ``preset`` at ``size`` as ``(variant, VariantRun)`` pairs, in order."""
+         only: Mapping[str, Sequence[str]] | None = None, seeds: Sequence[int] = (),
+         choices_dir: Path | None = None) -> list[tuple[Any, list[VariantRun]]]:
+    """The runs of ``preset`` at ``size``: per variant, its runs (one per seed), in order.
+
+    With ``seeds`` a variant whose agents sample (temperature > 0) runs once per seed in
+    ``runs/<variant>_seed=<s>``, with ``seed=<s>`` and ``data.split_seed`` pinned to the
+    configuration's own seed, so every repetition answers the same questions with the same
+    partitions and only the sampling differs; a greedy variant runs once.
+    """
     spec = preset.size(size)
     out = []
     for v in select_variants(preset.variants(), only or {}):
-        over = {**spec.shared, **preset.base, **spec.overrides, **v.overrides,
+        chosen = choice_overrides(v.choice, size, choices_dir) if v.choice else {}
+        over = {**spec.shared, **preset.base, **spec.overrides, **chosen, **v.overrides,
                 "output.progress": False}
-        out.append((v, VariantRun(
+        base = VariantRun(
             experiment=preset.name, variant=v.name, config=spec.config,
             num_clients=v.num_clients or num_clients or spec.num_clients,
-            overrides=overrides_text(over, extra), output_dir=output_dir / "runs" / v.name)))
+            overrides=overrides_text(over, extra), output_dir=output_dir / "runs" / v.name)
+        out.append((v, _repetitions(base, seeds)))
     return out
+
+
+def _repetitions(base: VariantRun, seeds: Sequence[int]) -> list[VariantRun]:
+    """``base`` once per seed when its agents sample, else ``base`` alone."""
+    if not seeds:
+        return [base]
+    from pfedma_flwr.config import load_config
+
+    cfg = load_config({"config-name": base.config, "overrides": base.overrides})
+    sampled = cfg.agent.backend.temperature > 0 or any(
+        b.temperature > 0 for b in cfg.agent.backbones.values())
+    if not sampled:
+        return [base]
+    split = cfg.data.seed_for_split(cfg.seed)
+    return [replace(base, seed=s, output_dir=base.output_dir.with_name(
+        f"{base.output_dir.name}_seed={s}"), overrides=f"{base.overrides} seed={s} "
+        f"data.split_seed={split}".strip()) for s in seeds]
 
 
 def _completed(out_dir: Path) -> bool:
@@ -108,10 +150,51 @@ def _completed(out_dir: Path) -> bool:
     return isinstance(s, dict) and s.get("status") == "completed"
 
 
+def _same_config(vr: VariantRun) -> bool:
+    """Whether the run in ``vr.output_dir`` was made with ``vr``'s configuration.
+
+    Output keys are left out, and the data dir unless the plan names one (the launcher and the
+    executors set them). A level whose preset changed since it ran is run again rather than
+    reused or resumed.
+    """
+    from pfedma_flwr.config import load_config, to_yaml
+
+    try:
+        saved = yaml.safe_load((vr.output_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    planned = yaml.safe_load(to_yaml(load_config(
+        {"config-name": vr.config, "overrides": vr.overrides})))
+    if not isinstance(saved, dict) or not isinstance(planned, dict):
+        return False
+    for d in (saved, planned):
+        d.pop("output", None)
+    if not (planned.get("data") or {}).get("data_dir"):  # the launcher fills in its default
+        for d in (saved, planned):
+            (d.get("data") or {}).pop("data_dir", None)
+    return bool(saved == planned)
+
+
+def _action(vr: VariantRun, *, reuse: bool, resume: bool) -> str:
+    """``reuse`` a finished level, ``resume`` an interrupted one, else ``run`` it."""
+    if not (reuse or resume) or not vr.output_dir.is_dir():
+        return "run"
+    if not _same_config(vr):
+        logger.warning("%s holds a run of another configuration: running it again",
+                       vr.output_dir)
+        return "run"
+    if _completed(vr.output_dir):
+        return "reuse"
+    if resume and (vr.output_dir / "checkpoint.json").is_file():
+        return "resume"
+    return "run"
+
+
 def run_experiment(
     name: str, *, size: str = "tiny", output_dir: Path, num_clients: int | None = None,
     executor: Executor | None = None, extra: Sequence[str] = (), reuse: bool = False,
-    only: Mapping[str, Sequence[str]] | None = None,
+    only: Mapping[str, Sequence[str]] | None = None, resume: bool = False,
+    seeds: Sequence[int] = (), choices_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run experiment ``name``; write ``results.csv``/``.md``, plots and ``experiment.json``.
 
@@ -130,38 +213,93 @@ def run_experiment(
     extra : Sequence[str]
         Extra ``key=value`` overrides applied to every variant (last).
     reuse : bool
-        Skip variants whose output directory already holds a completed run.
+        Skip variants whose output directory already holds a completed run of the same
+        configuration.
     only : Mapping[str, Sequence[str]], optional
         Run only the variants with these axis levels, e.g. ``{"rho": ["0.4"]}``.
+    resume : bool
+        ``reuse``, and continue an interrupted level from its checkpoint (its finished
+        rounds kept): a preset stopped midway completes across sittings.
+    seeds : Sequence[int]
+        Repeat every sampled variant once per seed (:func:`plan`); metrics are the mean over
+        seeds, ``<metric>_sd`` their standard deviation.
+    choices_dir : Path, optional
+        Where levels' choice files are read (default ``conf/experiments/choices``).
 
     Returns
     -------
     dict
-        ``{"rows": [...], "files": [...], "wall_seconds": {...}}``.
+        ``{"rows": [...], "comparison": [...], "files": [...], "wall_seconds": {...}}``.
     """
     preset = load_preset(name)
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     execute = executor or flwr_executor()
-    runs: dict[str, RunData] = {}
+    walls = _previous_walls(output_dir) if (reuse or resume) else {}
     rows: list[dict[str, Any]] = []
-    walls: dict[str, float] = {}
-    for variant, vr in plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
-                            only=only):
-        if reuse and _completed(vr.output_dir):
-            logger.info("reusing %s", vr.output_dir)
-        else:
-            logger.info("running %s/%s -> %s", preset.name, vr.variant, vr.output_dir)
-            t0 = time.perf_counter()
-            execute(vr)
-            walls[vr.variant] = time.perf_counter() - t0
-        runs[vr.variant] = load_run(vr.output_dir)
-        rows.append({"variant": vr.variant, "labels": dict(variant.labels),
-                     "metrics": run_metrics(runs[vr.variant])})
+    runs: dict[str, RunData] = {}
+    correct: dict[str, Any] = {}
+    n_seeds: dict[str, int] = {}
+    for variant, reps in plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
+                              only=only, seeds=seeds, choices_dir=choices_dir):
+        loaded = []
+        for vr in reps:
+            what = _action(vr, reuse=reuse, resume=resume)
+            if what == "reuse":
+                logger.info("reusing %s", vr.output_dir)
+            else:
+                logger.info("%s %s/%s -> %s", "resuming" if what == "resume" else "running",
+                            preset.name, vr.variant, vr.output_dir)
+                t0 = time.perf_counter()
+                execute(replace(vr, resume=what == "resume"))
+                key = vr.output_dir.name  # a resumed level adds its earlier sittings' time
+                before = walls.get(key, 0.0) if what == "resume" else 0.0
+                walls[key] = before + time.perf_counter() - t0
+                _save_walls(output_dir, walls)
+            loaded.append(load_run(vr.output_dir))
+        runs[variant.name] = loaded[0]
+        correct[variant.name] = correctness(loaded)
+        n_seeds[variant.name] = len(loaded)
+        rows.append({"variant": variant.name, "labels": dict(variant.labels),
+                     "metrics": seed_metrics([run_metrics(r) for r in loaded]),
+                     "runs": [vr.output_dir.name for vr in reps]})
     add_clean_twin_metrics(rows, runs, undefended=preset.undefended)
+    comparison = add_comparisons(rows, correct, preset.reference, n_seeds)
     files = write_tables(preset, rows, output_dir)
+    files += write_comparison(preset, comparison, output_dir,
+                              reference=",".join(f"{a}={v}" for a, v in preset.reference.items()))
     files += make_plots(preset, rows, runs, output_dir)
     result = {"experiment": preset.name, "size": size, "description": preset.description,
-              "rows": rows, "files": [str(f) for f in files], "wall_seconds": walls}
+              "rows": rows, "comparison": comparison, "seeds": list(seeds),
+              "files": [str(f) for f in files], "wall_seconds": walls}
     write_json_atomic(output_dir / "experiment.json", result)
     return result
+
+
+def seed_metrics(per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One run's metrics, or the mean over seeds with ``<metric>_sd`` for ACC and its parts."""
+    if len(per_seed) == 1:
+        return dict(per_seed[0])
+    out: dict[str, float] = {}
+    for m in dict.fromkeys(k for ms in per_seed for k in ms):
+        mean, sd = mean_sd([ms.get(m, math.nan) for ms in per_seed])
+        out[m] = mean
+        if m == "ACC" or m.startswith("ACC/"):
+            out[m.replace("ACC", "ACC_sd", 1)] = sd
+    return out
+
+
+_WALLS = "walls.json"
+
+
+def _previous_walls(output_dir: Path) -> dict[str, float]:
+    """Seconds per run dir of earlier sittings (kept across an interruption)."""
+    try:
+        d = json.loads((output_dir / _WALLS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in d.items()} if isinstance(d, dict) else {}
+
+
+def _save_walls(output_dir: Path, walls: Mapping[str, float]) -> None:
+    write_json_atomic(output_dir / _WALLS, dict(walls))

@@ -171,6 +171,9 @@ class HeuristicOrchestrator:
         Within a tier, round 1 asks agents that compute the answer with a program first, and
         later rounds ask first a way of reasoning the query has not had (``routing.
         mix_reasoning``; DESIGN §3.12 revision in ``docs/accuracy.md``).
+    cost_weight : float
+        ``score_i −= cost_weight · price_i / max_j price_j`` over the candidates with a price
+        (``routing.cost_weight``; needs ``routing.prices``): a cheaper backbone wins close calls.
     """
 
     def __init__(
@@ -184,8 +187,12 @@ class HeuristicOrchestrator:
         embedder: Embedder | None = None,
         adaptive_k: bool = False,
         mix_reasoning: bool = False,
+        cost_weight: float = 0.0,
     ) -> None:
         _check_k(k_max, "k_max")
+        if not (math.isfinite(cost_weight) and cost_weight >= 0.0):
+            raise ValueError(f"cost_weight must be a finite number >= 0, got {cost_weight}")
+        self.cost_weight = cost_weight
         if not 0.0 <= stop_support <= 1.0:
             raise ValueError(f"stop_support must be in [0, 1], got {stop_support}")
         if not (math.isfinite(exploration_c) and exploration_c >= 0.0):
@@ -236,7 +243,11 @@ class HeuristicOrchestrator:
         rel = (np.array([c.state.reliability for c in candidates]) if self.use_reliability
                else np.ones(len(rows)))
         bonus = self.exploration_c * np.sqrt(math.log1p(asked.sum()) / (1.0 + asked))
-        return [float(v) for v in (cap + sims) / 2.0 * rel + bonus]
+        score = (cap + sims) / 2.0 * rel + bonus
+        prices = np.array([c.price or 0.0 for c in candidates], dtype=np.float64)
+        if self.cost_weight and prices.max() > 0:
+            score = score - self.cost_weight * prices / prices.max()
+        return [float(v) for v in score]
 
     def stop_before_routing(self, z: CollabState | None, *, round: int) -> str | None:
         """The STOP reason that needs no candidates (§3.12's stopping rule), else ``None``.

@@ -44,7 +44,9 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
                        use_reliability=r.use_reliability, embedder=embedder,
                        adaptive_k=r.adaptive_k, mix_reasoning=r.mix_reasoning, **extra_llm)
     # Only passed when on, so plug-in orchestrators without the options keep working.
-    extra = {k: True for k in ("adaptive_k", "mix_reasoning") if getattr(r, k)}
+    extra: dict[str, Any] = {k: True for k in ("adaptive_k", "mix_reasoning") if getattr(r, k)}
+    if r.cost_weight:
+        extra["cost_weight"] = r.cost_weight
     return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
                    exploration_c=r.exploration_c, use_capability=r.use_capability,
                    use_reliability=r.use_reliability, embedder=embedder, **extra)
@@ -87,7 +89,7 @@ def build_engine(
         use_reliability=r.use_reliability, refine_query=r.refine_query,
         refine_style=r.refine_style, rule_mode=ru.mode,
         sim_threshold=ru.sim_threshold, seed=cfg.seed, prices=dict(r.prices),
-        max_queries_per_client=cfg.protocol.max_items,
+        max_queries_per_client=cfg.protocol.max_items, lone_answers=r.lone_answers,
     )
     parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
                              "settings": settings}

@@ -25,6 +25,7 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import ClientReply, RespondInstruction, RoutedQuery
 from pfedma_flwr.protocol.validation import DEFAULT_LIMITS
 from pfedma_flwr.protocol.wire import ClientDescription, reasoning_way
+from pfedma_flwr.routing.lone import lone_qualities
 from pfedma_flwr.routing.orchestrator import (
     CandidateState,
     Orchestrator,
@@ -99,6 +100,9 @@ class CollaborationEngine:
         self._rng = np.random.default_rng(settings.seed)
         self._n_tasks = len(tasks)
         self.last_round_record: dict[str, Any] = {}
+        # (client, domain) -> g of finished queries' lone answers, applied with the next
+        # routing update (routing/lone.py; empty at every checkpoint)
+        self._lone: dict[tuple[str, str], list[float]] = {}
         # answers / answers_failed / generation_failed / failed_by_client: every answer asked
         # of an agent and the reason code of each that failed (summary "generation", status)
         self.totals: dict[str, Any] = {
@@ -341,9 +345,7 @@ class CollaborationEngine:
                 self._finish(q, "too_few_replies")
             elif q.t >= s.t_max:
                 self._finish(q, "t_max")
-        for key, flags in round_r.items():
-            self.routing.record_round(key[0], key[1], qualities=round_q.get(key, []),
-                                      retained=flags)
+        self._record_routing(round_q, round_r)
         self.totals["failures"] += len(failures)
         self.totals.update(with_answer_failures(
             self.totals, {q.task.task_id: sorted(q.routed) for q in in_flight}, by_query, failures))
@@ -356,6 +358,35 @@ class CollaborationEngine:
             server_round, query_logs, groups, results, replies, failures, rejected, rules_log,
             num_global=len(self.rules), num_finished=len(self.finished))
         return self.last_round_record
+
+    def _record_routing(self, round_q: dict[tuple[str, str], list[float]],
+                        round_r: Mapping[tuple[str, str], list[bool]]) -> None:
+        """One routing step per (client, domain): this round's answers plus lone answers."""
+        for key, gs in self._lone.items():
+            round_q.setdefault(key, []).extend(gs)
+        self._lone = {}
+        for key in dict.fromkeys([*round_r, *round_q]):
+            self.routing.record_round(key[0], key[1], qualities=round_q.get(key, []),
+                                      retained=list(round_r.get(key, [])))
+
+    def _defer_lone(self, q: QueryState) -> None:
+        """Queue ``g`` of ``q``'s answers that had nothing to be compared with (lone.py)."""
+        domain = knowledge_domain(q.task.domain)
+
+        def sim(answer: str, others: Sequence[Any]) -> float | None:
+            z = self.aggregate(others, kind=q.task.answer_kind, domain=domain,
+                               routing=self.routing, round=q.t,
+                               use_capability=self.settings.use_capability,
+                               use_reliability=self.settings.use_reliability,
+                               options=q.task.options or None)
+            if z.empty or not z.answer:
+                return None
+            return float(similarity_to([answer], z.answer, q.task.answer_kind, self.embedder,
+                                       options=q.task.options or None)[0])
+
+        for client, g in lone_qualities(q.history, mode=self.settings.lone_answers,
+                                        similarity=sim):
+            self._lone.setdefault((client, domain), []).append(g)
 
     def _quality(
         self, q: QueryState, client: str, r: Any, a: Any, domain: str
@@ -404,6 +435,7 @@ class CollaborationEngine:
         return ref[:DEFAULT_LIMITS.max_text_chars]
 
     def _finish(self, q: QueryState, reason: str) -> None:
+        self._defer_lone(q)
         self._active.remove(q)
         rec = finish_record(q, reason)
         self.finished.append(rec)
@@ -415,6 +447,7 @@ class CollaborationEngine:
         """End every query still active (budget exhausted); their z so far is kept."""
         for q in list(self._active):
             self._finish(q, reason)
+        self._record_routing({}, {})
         while self._pending:
             self._finish(QueryState(task=self._pending.pop()), "not_started")
 

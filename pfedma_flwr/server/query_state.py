@@ -56,6 +56,8 @@ class EngineSettings:
     # queries one client gets per Flower round: the protocol's per-message cap
     # (protocol.max_items), which a client enforces on the instruction it decodes
     max_queries_per_client: int = 256
+    # what C learns from an answer with nothing to compare it with (routing/lone.py)
+    lone_answers: str = "prior"
 
     def __post_init__(self) -> None:
         if self.max_queries_per_client < 1:

@@ -20,7 +20,7 @@ from pfedma_flwr.agents.backends import make_backend
 from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.experiments import VariantRun, load_preset, preset_names, run_experiment
-from pfedma_flwr.experiments.tables import RAW_METRICS, columns
+from pfedma_flwr.experiments.tables import RAW_METRICS, SIGNED_METRICS, columns
 from pfedma_flwr.server_app import run_server
 from pfedma_flwr.testing import FakeGrid
 from strategies.registry import METHODS
@@ -53,7 +53,8 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 def test_presets_cover_the_papers_experiments():
     assert set(preset_names()) == {
         "main", "privacy", "robustness", "noniid", "rounds", "anomaly_ablation",
-        "routing_ablation", "rules_ablation", "sensitivity", "orchestrator"}
+        "routing_ablation", "rules_ablation", "sensitivity", "orchestrator", "best_single",
+        "sources"}
     rob = load_preset("robustness")
     # PFedMA and -all x (clean + 4 ratios) from one base configuration, then the baselines
     # clean and at the strongest attack (Table 2)
@@ -81,15 +82,24 @@ def test_preset_runs_at_tiny_size(name: str, tmp_path: Path):
     for row, v in zip(rows, variants, strict=True):
         assert [row[a] for a in labels] == [v.labels.get(a, v.name) for a in labels]
     md = (tmp_path / "results.md").read_text()
-    assert md.count("\n|") == len(variants) + 2  # header, rule, one line per variant
+    main_table, _, per_bench = md.partition("## Per benchmark")
+    assert main_table.count("\n|") == len(variants) + 2  # header, rule, one line per variant
+    # the per-benchmark table: every variant overall and per benchmark
+    comp = _read_csv(tmp_path / "comparison.csv")
+    assert per_bench.count("\n|") == len(comp) + 2
+    assert {r["benchmark"] for r in comp} >= {"all"}
     for spec in preset.plots:
         png = tmp_path / spec["file"]
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     for r in result["rows"]:
         for m, value in r["metrics"].items():
             # counts (tables.RAW_METRICS, also per round: global_rules/active@1) are not rates
-            if m.split("/")[0] not in RAW_METRICS and not math.isnan(value):
+            if m.split("/")[0] in SIGNED_METRICS and not math.isnan(value):
+                assert -1.0 <= value <= 1.0, (name, r["variant"], m, value)
+            elif m.split("/")[0] not in RAW_METRICS and not math.isnan(value):
                 assert 0.0 <= value <= 1.0, (name, r["variant"], m, value)
+        if not math.isnan(r["metrics"]["ACC"]):  # the interval holds the accuracy
+            assert r["metrics"]["ACC_lo"] <= r["metrics"]["ACC"] <= r["metrics"]["ACC_hi"]
     if name == "orchestrator":
         # the LLM policy reports its format-failure rate; the others have none to report
         ffr = {r["labels"]["policy"]: r["metrics"]["FFR"] for r in result["rows"]}
@@ -126,10 +136,26 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
     from pfedma_flwr.experiments.runner import plan
 
     preset = load_preset("main")
-    runs = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path)}
-    # Table 1's methods by their strategy.name, and the lone agent reasoning with programs
-    levels = [*METHODS[:2], "single-agent-program", *METHODS[2:]]
+    choices = tmp_path / "choices"  # the small selection is the lead's dev run: stand in for it
+    choices.mkdir()
+    (choices / "best_single-small.yaml").write_text(
+        "overrides: {agent.profiles: [plain], agent.reasoning: program}\n")
+    runs = {v.labels["method"]: vr[0] for v, vr in plan(preset, "small", tmp_path,
+                                                        choices_dir=choices)}
+    # Table 1's methods by their strategy.name, the best single agent chosen on dev questions,
+    # the centralized bound, and the lone agent reasoning with programs
+    levels = [METHODS[0], "best-single", "centralized", METHODS[1], "single-agent-program",
+              *METHODS[2:]]
     assert list(runs) == levels
+    # best-single: the chosen configuration, one member of the 8-client federation answering;
+    # centralized: the same agent alone with the pooled data (one client)
+    for m, n in (("best-single", 8), ("centralized", 1)):
+        assert "'agent.profiles=[plain]'" in runs[m].overrides, m
+        assert "agent.reasoning=program" in runs[m].overrides
+        assert "strategy.name=single-agent" in runs[m].overrides and runs[m].num_clients == n
+    # test questions 100-129, never the development questions the choice was made on
+    assert "data.eval_offset=100" in runs["pfedma"].overrides
+    assert "data.queries_per_benchmark=30" in runs["pfedma"].overrides
     for m in METHODS[1:]:
         assert f"strategy.name={m}" in runs[m].overrides
     prog = runs["single-agent-program"]
@@ -137,6 +163,7 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
     assert "strategy.name=single-agent" in prog.overrides
     # the same agent pool and round budget for every method but the lone agents
     assert {runs[m].num_clients for m in METHODS if m != "single-agent"} == {8}
+    assert runs["best-single"].num_clients == 8
     # the single agent: one client whatever the size's N, one round, no filter, no rules, greedy
     assert runs["pfedma"].num_clients == 8 and runs["single-agent"].num_clients == 1
     single = runs["single-agent"].overrides
@@ -145,9 +172,10 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
         assert item in single, (item, single)
     assert "num_clients" not in single  # reserved level key, not a config override
     # the CLI's --num-clients does not turn the single agent into a federation
-    again = {v.labels["method"]: vr for v, vr in plan(preset, "small", tmp_path, num_clients=5)}
+    again = {v.labels["method"]: vr[0] for v, vr in plan(preset, "small", tmp_path, num_clients=5,
+                                                          choices_dir=choices)}
     assert again["single-agent"].num_clients == 1 and again["pfedma"].num_clients == 5
-    # at tiny size all nine run, on the same questions, with a method column in results.csv
+    # at tiny size all eleven run, on the same questions, with a method column in results.csv
     result = run_experiment("main", size="tiny", output_dir=tmp_path / "tiny",
                             executor=fakegrid_executor)
     rows = _read_csv(tmp_path / "tiny" / "results.csv")

@@ -160,16 +160,41 @@ def test_departed_node_is_not_routed_to_again(federation, tmp_path: Path):
     assert summary["num_queries"] == 6
 
 
-def test_a_lone_answer_teaches_no_capability(federation, tmp_path: Path):
+def test_a_lone_answer_teaches_no_capability_under_skip(federation, tmp_path: Path):
     # One client per query, one round: nobody else answered, so the leave-one-out z is empty
-    # and C stays at its prior for every client (with its own vote in z, every lone answer
-    # agreed with z and raised C). Reliability S still moves: every answer was retained.
+    # and with routing.lone_answers=skip C stays at its prior for every client (with its own
+    # vote in z, every lone answer agreed with z and raised C). S still moves: all retained.
     summary, _ = federation(responder=lambda msgs: answer_json("42"),
-                            overrides="strategy.k_max=1 strategy.t_max=1")
+                            overrides="strategy.k_max=1 strategy.t_max=1 "
+                                      "routing.lone_answers=skip")
     clients = summary["routing"]["clients"]
     asked = [c for c, st in clients.items() if st["n_asked"]]
     assert asked and all(clients[c]["capability"] == {} for c in asked)
     assert all(clients[c]["reliability"] > 0.5 for c in asked)
+
+
+def test_a_lone_answer_moves_capability_at_the_prior_of_agreement(federation, tmp_path: Path):
+    # The default (prior): an answer never compared with another gets g = (1 - A) * 0.5 when
+    # its query ends; replayed by hand from rounds.jsonl, one EMA step (eta 0.2) per client,
+    # domain and Flower round over the mean g of that round.
+    summary, _ = federation(responder=lambda msgs: answer_json("42"),
+                            overrides="strategy.k_max=1 strategy.t_max=1")
+    expected: dict[tuple[str, str], float] = {}
+    domain = {"math": "math", "medicine": "medicine"}
+    for rnd in read_jsonl(tmp_path / "out" / "rounds.jsonl"):
+        gs: dict[tuple[str, str], list[float]] = {}
+        for q in rnd["queries"]:
+            d = domain["math" if q["query_id"].startswith("gsm8k") else "medicine"]
+            for c, a in q["anomaly"].items():
+                assert a["retained"]
+                gs.setdefault((c, d), []).append((1 - a["score"]) * 0.5)
+        for key, v in gs.items():
+            expected[key] = 0.8 * expected.get(key, 0.5) + 0.2 * sum(v) / len(v)
+    clients = summary["routing"]["clients"]
+    assert expected
+    for (c, d), cap in expected.items():
+        assert abs(clients[c]["capability"][d] - cap) < 1e-9
+        assert cap < 0.5  # no agreement seen: C at most the prior
 
 
 def test_quality_is_measured_against_the_others(federation, tmp_path: Path):

@@ -86,7 +86,7 @@ ENGINE_KEYS = {
     "refine_style": "routing.refine_style", "prices": "routing.prices",
     "rule_mode": "rules.mode",
     "sim_threshold": "rules.sim_threshold", "seed": "seed",
-    "max_queries_per_client": "protocol.max_items",
+    "max_queries_per_client": "protocol.max_items", "lone_answers": "routing.lone_answers",
 }
 
 

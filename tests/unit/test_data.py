@@ -260,17 +260,21 @@ def test_sample_eval_tasks_and_dev_pool_are_disjoint() -> None:
     pool = dev_pool(["gsm8k", "medqa"], dev_pool_per_benchmark=200, seed=0, data_dir=REPO_DATA)
     assert len(pool) == 400 and [t.benchmark for t in pool[199:201]] == ["gsm8k", "medqa"]
     assert not {t.task_id for t in ev} & {t.task_id for t in pool}
-    # Same seed, same queries; the eval stream of the whole benchmark never meets the pool.
+    # Same seed, same queries; the eval stream of the whole benchmark never meets the pool, and
+    # with the 100 unseen questions set apart (split.py) the three cover the benchmark.
     assert sample_eval_tasks(["gsm8k", "medqa"], 5, 0, REPO_DATA) == ev
-    all_eval = sample_eval_tasks(["gsm8k"], 1187 - 200, 0, REPO_DATA)
-    assert len({t.task_id for t in all_eval} | {t.task_id for t in pool[:200]}) == 1187
+    all_eval = sample_eval_tasks(["gsm8k"], 1187 - 200 - 100, 0, REPO_DATA)
+    unseen = sample_eval_tasks(["gsm8k"], 100, 0, REPO_DATA, question_set="unseen")
+    assert len({t.task_id for t in all_eval} | {t.task_id for t in pool[:200]}
+               | {t.task_id for t in unseen}) == 1187
     assert sample_eval_tasks(["gsm8k", "medqa"], 5, 1, REPO_DATA) != ev
 
 
 @pytest.mark.parametrize(
     ("benchmarks", "n", "match"),
     [
-        (["gsm8k"], 988, "has 987 evaluation tasks"),  # 1187 - 200 held apart
+        # 1187 - 200 held apart for the dev pool - 100 unseen questions
+        (["gsm8k"], 888, "has 887 default evaluation tasks"),
         (["gsm8k", "gsm8k"], 1, "must not repeat"),
         ([], 1, "at least one"),
         ("gsm8k", 1, "list of names"),

@@ -1,0 +1,127 @@
+"""Every row of an experiment table with its interval and its paired test against the reference.
+
+A row's runs give per-question correctness (``queries.jsonl``; with several seeds the mean over
+the seeds that answered the question). From it, per row and per benchmark:
+
+- ``ACC_lo`` / ``ACC_hi``: the 95 % Wilson interval of one run's accuracy, or with several
+  seeds the percentile bootstrap interval of the seed-averaged accuracy over questions;
+- ``ACC_sd``: the standard deviation of ACC over seeds (only with ``--seeds``);
+- against the preset's reference level (``reference: {method: pfedma}``: the row with the same
+  labels but that level): ``dACC`` = ACC(row) − ACC(reference) on the questions both answered,
+  its paired-bootstrap 95 % interval ``dACC_lo`` / ``dACC_hi`` and the exact McNemar
+  ``p_mcnemar`` (:mod:`pfedma_flwr.experiments.stats`).
+
+Overall values become row metrics (table columns); the per-benchmark ones are the long table
+``comparison.csv`` and the second table of ``results.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pfedma_flwr.experiments import stats
+from pfedma_flwr.experiments.analysis import RunData
+
+ALL = "all"
+Correct = dict[str, tuple[str, float]]
+
+
+def correctness(runs: Sequence[RunData]) -> Correct:
+    """Question id → (benchmark, correctness), averaged over the runs (seeds) that have it.
+
+    A question some seed did not finish is left out (a partial run answers a prefix).
+    """
+    per: dict[str, list[float]] = {}
+    bench: dict[str, str] = {}
+    for run in runs:
+        for q in run.queries:
+            qid = str(q.get("query_id", ""))
+            if qid:
+                per.setdefault(qid, []).append(1.0 if q.get("correct") else 0.0)
+                bench[qid] = str(q.get("benchmark", ""))
+    return {qid: (bench[qid], sum(v) / len(v)) for qid, v in per.items() if len(v) == len(runs)}
+
+
+def _groups(c: Correct) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {ALL: sorted(c)}
+    for qid in sorted(c):
+        out.setdefault(c[qid][0], []).append(qid)
+    return out
+
+
+def accuracy_interval(values: Sequence[float], seeds: int) -> tuple[float, float]:
+    """Wilson for one run's 0/1 values; a one-sample percentile bootstrap for seed means."""
+    if not values:
+        return math.nan, math.nan
+    if seeds <= 1:
+        return stats.wilson_interval(int(round(sum(values))), len(values))
+    _, lo, hi = stats.paired_bootstrap(values, [0.0] * len(values))
+    return lo, hi
+
+
+def row_stats(c: Correct, seeds: int) -> dict[str, dict[str, float]]:
+    """Per group (``all`` and each benchmark): n, solved, ACC and its interval."""
+    out = {}
+    for g, qids in _groups(c).items():
+        v = [c[q][1] for q in qids]
+        lo, hi = accuracy_interval(v, seeds)
+        out[g] = {"n": float(len(v)), "solved": float(sum(v)),
+                  "ACC": sum(v) / len(v) if v else math.nan, "ACC_lo": lo, "ACC_hi": hi}
+    return out
+
+
+def paired_stats(c: Correct, ref: Correct) -> dict[str, dict[str, float]]:
+    """Per group: the paired comparison of ``c`` against ``ref`` on their common questions."""
+    common = {q: v for q, v in c.items() if q in ref}
+    out = {}
+    for g, qids in _groups(common).items():
+        if not qids:
+            continue
+        d = stats.compare(np.array([c[q][1] for q in qids]), np.array([ref[q][1] for q in qids]))
+        out[g] = {"n_paired": float(d.n), "dACC": d.diff, "dACC_lo": d.lo, "dACC_hi": d.hi,
+                  "b": d.b, "c": d.c, "p_mcnemar": d.p_mcnemar}
+    return out
+
+
+def reference_labels(labels: Mapping[str, str], reference: Mapping[str, str]
+                     ) -> dict[str, str] | None:
+    """The labels of a row's reference row, ``None`` when the preset has no reference axis."""
+    if not reference or not all(a in labels for a in reference):
+        return None
+    return {**labels, **reference}
+
+
+def add_comparisons(rows: list[dict[str, Any]], correct: Mapping[str, Correct],
+                    reference: Mapping[str, str], seeds: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Add the interval and paired-test metrics to ``rows``; return the long comparison table.
+
+    ``correct`` and ``seeds`` are keyed by row variant. Long rows: ``variant``, the labels,
+    ``benchmark`` (``all`` first), then the statistics of :func:`row_stats` and, against the
+    reference, :func:`paired_stats` (NaN for the reference row itself or without one).
+    """
+    by_labels = {tuple(sorted(r["labels"].items())): r for r in rows}
+    long: list[dict[str, Any]] = []
+    for r in rows:
+        own = row_stats(correct[r["variant"]], seeds.get(r["variant"], 1))
+        ref_labels = reference_labels(r["labels"], reference)
+        ref_row = by_labels.get(tuple(sorted(ref_labels.items()))) if ref_labels else None
+        paired = {} if ref_row is None or ref_row is r else paired_stats(
+            correct[r["variant"]], correct[ref_row["variant"]])
+        m = r["metrics"]
+        m["ACC_lo"], m["ACC_hi"] = own[ALL]["ACC_lo"], own[ALL]["ACC_hi"]
+        m["n"] = own[ALL]["n"]
+        for g, st in own.items():  # per benchmark for the plots' error bars
+            if g != ALL:
+                m[f"ACC_lo/{g}"], m[f"ACC_hi/{g}"] = st["ACC_lo"], st["ACC_hi"]
+        if ref_row is not None:
+            p = paired.get(ALL, {})
+            for k in ("dACC", "dACC_lo", "dACC_hi", "p_mcnemar"):
+                m[k] = p.get(k, math.nan)
+        for g, s in own.items():
+            long.append({"variant": r["variant"], **r["labels"], "benchmark": g, **s,
+                         **paired.get(g, {})})
+    return long

@@ -1,0 +1,113 @@
+"""Intervals and paired tests of the experiment tables against hand-computed cases."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from pfedma_flwr.experiments import stats
+from pfedma_flwr.experiments.compare import add_comparisons
+
+
+@pytest.mark.parametrize(("b", "c", "p"), [
+    (4, 0, 0.125),  # 2 * 0.5**4: the issue's 4:0 split of discordant pairs
+    (0, 4, 0.125),
+    (0, 0, 1.0),  # no discordant pair: no evidence either way
+    (3, 3, 1.0),
+    (5, 1, 2 * (1 + 6) / 64),  # 2 * P(X <= 1), X ~ Bin(6, 1/2)
+    (10, 2, 2 * (1 + 12 + 66) / 4096),
+])
+def test_mcnemar_exact_by_hand(b: int, c: int, p: float, monkeypatch):
+    assert stats.mcnemar_exact(b, c) == pytest.approx(p, rel=1e-12)
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # the exact sum without scipy
+    assert stats.mcnemar_exact(b, c) == pytest.approx(p, rel=1e-12)
+
+
+def test_mcnemar_refuses_negative_or_fractional_counts():
+    with pytest.raises(ValueError, match="integers >= 0"):
+        stats.mcnemar_exact(-1, 2)
+    with pytest.raises(ValueError, match="integers >= 0"):
+        stats.mcnemar_exact(1.5, 2)
+
+
+def test_wilson_interval_by_hand():
+    # 19/40: centre (0.475 + z^2/80) / (1 + z^2/40), half-width
+    # z sqrt(p(1-p)/40 + z^2/6400) / (1 + z^2/40), z = 1.959964
+    lo, hi = stats.wilson_interval(19, 40)
+    assert (lo, hi) == (pytest.approx(0.32935, abs=1e-5), pytest.approx(0.62503, abs=1e-5))
+    assert stats.wilson_interval(0, 10) == (0.0, pytest.approx(0.27753, abs=1e-5))
+    assert stats.wilson_interval(40, 40)[1] == 1.0
+    assert all(math.isnan(v) for v in stats.wilson_interval(0, 0))
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        stats.wilson_interval(5, 4)
+
+
+def _exact_percentiles(d: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The bootstrap distribution of mean(d) enumerated over all n^n resamples."""
+    n = len(d)
+    means = sorted(sum(d[i] for i in idx) / n for idx in itertools.product(range(n), repeat=n))
+    cdf = np.arange(1, len(means) + 1) / len(means)
+    tail = (1 - level) / 2
+    return means[int(np.argmax(cdf >= tail))], means[int(np.argmax(cdf >= 1 - tail))]
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), [
+    # d = (1, 1, 1, 0): mean k/4, k ~ Bin(4, 3/4); P(0) = 1/256 < 2.5 % < P(<= 1/4) = 13/256
+    # and P(<= 3/4) = 175/256 < 97.5 %: the interval is [1/4, 1]
+    ([1, 1, 1, 0], [0, 0, 0, 0], (0.75, 0.25, 1.0)),
+    # d = (1, -1): means -1, 0, 1 with probabilities 1/4, 1/2, 1/4
+    ([1, 0], [0, 1], (0.0, -1.0, 1.0)),
+    # d = (1, 0, 0, 0, 0): P(mean = 0) = 0.8^5 = 0.33; P(<= 0.4) = 0.942 < 97.5 % <= P(<= 0.6)
+    ([1, 0, 0, 0, 0], [0, 0, 0, 0, 0], (0.2, 0.0, 0.6)),
+])
+def test_paired_bootstrap_matches_the_enumerated_distribution(a, b, expected):
+    diff, lo, hi = stats.paired_bootstrap(a, b)
+    assert (diff, lo, hi) == pytest.approx(expected)
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    assert (lo, hi) == pytest.approx(_exact_percentiles(d))
+    # fixed seed, 10,000 resamples: the same numbers on every call
+    assert stats.paired_bootstrap(a, b) == (diff, lo, hi)
+
+
+def test_paired_bootstrap_checks_its_inputs():
+    with pytest.raises(ValueError, match="same questions"):
+        stats.paired_bootstrap([1, 0], [1])
+    with pytest.raises(ValueError, match="correctness values"):
+        stats.paired_bootstrap([2, 0], [1, 0])
+    assert all(math.isnan(v) for v in stats.paired_bootstrap([], []))
+
+
+def test_compare_counts_discordant_pairs():
+    a = [1, 1, 1, 1, 0, 1]
+    b = [0, 0, 0, 0, 0, 1]
+    d = stats.compare(a, b)
+    assert (d.n, d.b, d.c, d.p_mcnemar) == (6, 4, 0, 0.125)
+    assert d.diff == pytest.approx(4 / 6) and d.lo <= d.diff <= d.hi
+
+
+def test_mean_sd_over_seeds():
+    assert stats.mean_sd([0.4, 0.5, 0.6]) == (pytest.approx(0.5), pytest.approx(0.1))
+    assert stats.mean_sd([0.4]) == (0.4, 0.0)
+
+
+def test_rows_get_intervals_and_the_paired_comparison_with_the_reference():
+    # 4 questions; pfedma right on q1..q3, single right on q1 only: b = 2, c = 0
+    pf = {f"q{i}": ("gsm8k" if i < 3 else "medqa", float(i <= 3)) for i in range(1, 5)}
+    single = {f"q{i}": ("gsm8k" if i < 3 else "medqa", float(i == 1)) for i in range(1, 5)}
+    rows = [{"variant": "method=pfedma", "labels": {"method": "pfedma"}, "metrics": {}},
+            {"variant": "method=single", "labels": {"method": "single"}, "metrics": {}}]
+    long = add_comparisons(rows, {"method=pfedma": pf, "method=single": single},
+                           {"method": "pfedma"}, {})
+    m = rows[1]["metrics"]
+    assert m["dACC"] == pytest.approx(-0.5) and m["p_mcnemar"] == pytest.approx(0.5)
+    assert (m["ACC_lo"], m["ACC_hi"]) == pytest.approx(stats.wilson_interval(1, 4))
+    assert math.isnan(rows[0]["metrics"]["dACC"])  # the reference against itself
+    per = {(r["variant"], r["benchmark"]): r for r in long}
+    # gsm8k: q1 both right, q2 only pfedma -> b = 0, c = 1 from the single agent's side
+    g = per[("method=single", "gsm8k")]
+    assert (g["n"], g["solved"], g["b"], g["c"], g["dACC"]) == (2, 1, 0, 1, -0.5)
+    assert per[("method=pfedma", "medqa")]["solved"] == 1
