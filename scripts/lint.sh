@@ -32,6 +32,12 @@ TYPED=(
   pfedma_flwr/experiments/attacks.py pfedma_flwr/agents/backends/configured.py
   pfedma_flwr/routing/llm_action.py pfedma_flwr/routing/llm_orchestrator.py
   pfedma_flwr/aggregation/refinement.py
+  pfedma_flwr/judging/model.py pfedma_flwr/judging/privacylens.py
+  pfedma_flwr/judging/privacylens_prompts.py pfedma_flwr/judging/alpacaeval.py
+  pfedma_flwr/judging/alpacaeval_prompts.py pfedma_flwr/judging/factory.py
+  pfedma_flwr/agents/actions.py pfedma_flwr/agents/backends/llama_scoring.py
+  pfedma_flwr/data/privacylens_tools.py pfedma_flwr/data/privacylens_prompt.py
+  pfedma_flwr/experiments/privacy_eval.py pfedma_flwr/experiments/judged.py
 )
 
 echo "[lint] ruff check"

@@ -32,6 +32,7 @@ from pfedma_flwr.agents.prompting import (
     reasoning_demo,
 )
 from pfedma_flwr.agents.reasoning import derive_response
+from pfedma_flwr.answers import OPEN_KINDS
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import AgentProfile
@@ -80,6 +81,9 @@ class ClientAgent:
         ``rules.mode`` (full / NR / SR / LE / G2L / L2G).
     few_shot, few_shot_scope, experience_size, max_tokens, temperature
         See ``conf/pfedma.yaml`` (``agent`` section).
+    open_max_tokens : int
+        Budget of a message that holds a whole-answer query (an action, a response):
+        ``max(max_tokens, open_max_tokens)``.
     sim_threshold, phi_default
         See ``conf/pfedma.yaml`` (``rules`` section).
     sensitive_items : Sequence[str]
@@ -110,7 +114,7 @@ class ClientAgent:
         self, *, profile: AgentProfile, backend: Backend, private_data: Sequence[Task],
         embedder: Embedder, recognizer: PiiRecognizer | None, rule_mode: str = "full",
         few_shot: int = 2, few_shot_scope: str = "batch", experience_size: int = 32,
-        max_tokens: int = 320,
+        max_tokens: int = 320, open_max_tokens: int = 512,
         temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
         client_key: str = "", hooks: Sequence[AgentHook] = (),
@@ -139,6 +143,7 @@ class ClientAgent:
         self.mode = parse_rule_mode(rule_mode)
         self.few_shot, self.experience_size = few_shot, experience_size
         self.max_tokens, self.temperature = max_tokens, temperature
+        self.open_max_tokens = open_max_tokens
         self.sim_threshold, self.phi_default = sim_threshold, phi_default
         self.limits = limits
         self.client_key = client_key
@@ -208,8 +213,10 @@ class ClientAgent:
                     few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
                 ))
         t0 = time.perf_counter()
+        budget = max(self.max_tokens, self.open_max_tokens) if any(
+            q.answer_kind in OPEN_KINDS for q in ins.queries) else self.max_tokens
         gens = self.backend.generate(
-            prompts, max_tokens=self.max_tokens, temperature=self.temperature,
+            prompts, max_tokens=budget, temperature=self.temperature,
             json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
             seed=self._seed(ins.server_round),
         )
@@ -330,8 +337,10 @@ class ClientAgent:
 
         Updates ``texts`` in place with the short continuation; returns tokens per repaired item.
         """
+        # a whole-answer reply has no answer line to ask for: no action is no answer
         todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
-                if not g.error and not _is_json(texts[k]) and derive_response(
+                if not g.error and not _is_json(texts[k]) and q.answer_kind not in OPEN_KINDS
+                and derive_response(
                     texts[k], question=q.text, answer_kind=q.answer_kind).response is None]
         if not todo:
             return {}
