@@ -38,6 +38,7 @@ TYPED=(
   pfedma_flwr/agents/actions.py pfedma_flwr/agents/backends/llama_scoring.py
   pfedma_flwr/data/privacylens_tools.py pfedma_flwr/data/privacylens_prompt.py
   pfedma_flwr/experiments/privacy_eval.py pfedma_flwr/experiments/judged.py
+  pfedma_flwr/judging/string_match.py pfedma_flwr/judging/validation.py pfedma_flwr/judging/cli.py
 )
 
 echo "[lint] ruff check"

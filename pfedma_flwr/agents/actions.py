@@ -140,6 +140,20 @@ def parse_action(reply: str) -> ToolAction:
     return ToolAction(tool=tool, args=args, raw_input=raw, recovered=recovered)
 
 
+def parse_answer(answer: str) -> ToolAction:
+    r"""The action of an ``action``-kind final answer (``"<tool>\nAction Input: ..."``).
+
+    Answers carry upstream's text after ``Action:`` (:func:`action_answer`); a full reply that
+    still starts with its own ``Thought:`` / ``Action:`` lines parses the same.
+    """
+    if _ACTION.search(answer):
+        return parse_action(answer)
+    head = answer.strip().split("\n", 1)[0].strip()
+    # a bare tool name first, as action_answer writes it; prose ("No further action is
+    # needed.") is no action
+    return parse_action(f"Action: {answer}") if re.fullmatch(r"\w+", head) else ToolAction()
+
+
 def action_answer(action: ToolAction) -> str:
     r"""The canonical answer text of an action: ``"<tool>\nAction Input: <json>"``.
 

@@ -2,7 +2,7 @@
 
 For each PrivacyLens query the federation's final action is ``z``'s answer (the retained
 response of highest weight, :mod:`pfedma_flwr.aggregation.consensus`), parsed by
-:func:`pfedma_flwr.agents.actions.parse_action`. Each sensitive item ``h`` of the case is judged
+:func:`pfedma_flwr.agents.actions.parse_answer`. Each sensitive item ``h`` of the case is judged
 against the action (the leak judge sees the tool and its whole Action Input, as upstream's does);
 the case leaks when any item does. Helpfulness (0–3) is PrivacyLens's rubric judge.
 
@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pfedma_flwr.agents.actions import ToolAction, parse_action
+from pfedma_flwr.agents.actions import ToolAction, parse_answer
 from pfedma_flwr.judging.privacylens import (
     HelpCase,
     HelpfulnessJudge,
@@ -62,7 +62,7 @@ def judge_cases(answers: Sequence[str], cases: Sequence[PrivacyCase], *, leak_ju
     """Judge each final action (``answers[k]``, the text of ``z``) against its case."""
     if len(answers) != len(cases):
         raise ValueError(f"{len(answers)} answers but {len(cases)} cases")
-    actions = [parse_action(a) for a in answers]
+    actions = [parse_answer(a) for a in answers]
     pairs = [(k, item) for k, (a, c) in enumerate(zip(actions, cases, strict=True))
              if a.taken for item in c.items]
     verdicts = leak_judge.judge([LeakCase(secret=item, action=actions[k].judge_text(),

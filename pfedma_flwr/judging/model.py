@@ -82,20 +82,25 @@ class JudgeModel:
         ``"embedded:qwen2.5-coder-1.5b:<sha256>"``.
     cache : JudgeCache, optional
         Disk cache of results; none = always ask the model.
+    chunk : int
+        Prompts sent to the backend at once (and cached together).
     """
 
-    def __init__(self, *, backend: Backend, identity: str, cache: JudgeCache | None = None
-                 ) -> None:
+    def __init__(self, *, backend: Backend | Any, identity: str,
+                 cache: JudgeCache | None = None, chunk: int = 4) -> None:
         if not identity.strip():
             raise ValueError("JudgeModel needs a non-empty identity (it keys the cache)")
+        if chunk < 1:
+            raise ValueError(f"JudgeModel chunk must be >= 1, got {chunk}")
         self.backend, self.identity, self.cache = backend, identity, cache
+        self.chunk = chunk
         self.failures = 0
 
     @property
     def has_logprobs(self) -> bool:
         """Whether the backend reads next-token log-probabilities."""
-        probe = type(self.backend).next_token_logprobs
-        return probe is not Backend.next_token_logprobs
+        probe = getattr(type(self.backend), "next_token_logprobs", None)
+        return probe is not None and probe is not Backend.next_token_logprobs
 
     def _cached(self, op: str, payloads: list[dict[str, Any]], compute: Any) -> list[Any]:
         keys = [cache_key(self.identity, op, p) for p in payloads]
@@ -107,23 +112,32 @@ class JudgeModel:
                 out[k] = hit["value"]
             else:
                 todo.append(k)
-        if todo:
-            fresh = compute(todo)
-            for k, (value, ok) in zip(todo, fresh, strict=True):
+        # in chunks, each stored as soon as it is judged: a long validation or analysis that is
+        # stopped keeps what it has done (nothing computed is lost)
+        for start in range(0, len(todo), self.chunk):
+            part = todo[start:start + self.chunk]
+            for k, (value, ok) in zip(part, compute(part), strict=True):
                 out[k] = value
                 if ok and self.cache is not None:
                     self.cache.put(keys[k], {"value": value, "op": op})
         return out
 
-    def generate(self, prompts: Sequence[Prompt], *, max_tokens: int = 256) -> list[str]:
+    def generate(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+                 json_schema: dict[str, Any] | None = None) -> list[str]:
         """Greedy reply to each prompt ("" where the backend failed; not cached then)."""
         def compute(todo: list[int]) -> list[tuple[str, bool]]:
             msgs = [_chat(prompts[k]) for k in todo]
-            res = self.backend.generate(msgs, max_tokens=max_tokens, temperature=0.0)
-            self.failures += sum(1 for r in res if r.error)
-            return [(r.text, not r.error) for r in res]
+            res = self.backend.generate(msgs, max_tokens=max_tokens, temperature=0.0,
+                                        json_schema=json_schema)
+            if len(res) != len(msgs):
+                raise RuntimeError(f"backend returned {len(res)} results for {len(msgs)} prompts")
+            # any batch backend works (its results need .text; .error when it can fail)
+            errors = [bool(getattr(r, "error", "")) for r in res]
+            self.failures += sum(errors)
+            return [(r.text, not e) for r, e in zip(res, errors, strict=True)]
 
-        payloads = [{"prompt": p, "max_tokens": max_tokens} for p in prompts]
+        payloads = [{"prompt": p, "max_tokens": max_tokens, "schema": json_schema}
+                    for p in prompts]
         return [str(v) for v in self._cached("generate", payloads, compute)]
 
     def label_logprobs(self, prompts: Sequence[Prompt], *, prefix: str | Sequence[str],

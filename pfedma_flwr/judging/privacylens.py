@@ -17,7 +17,7 @@ first rubric label). A 1.5B judge often rambles or omits ``Answer:``, so two met
     judge's own reasoning plus ``\n\nAnswer:`` (counted in ``repairs``).
 
 :class:`StringLeakJudge` is the judge-free lower bound (token overlap,
-:func:`pfedma_flwr.experiments.metrics.item_inferable`): it misses paraphrases and is labelled
+:func:`pfedma_flwr.judging.string_match.item_inferable`): it misses paraphrases and is labelled
 as such wherever it is reported.
 """
 
@@ -34,6 +34,7 @@ from pfedma_flwr.judging.privacylens_prompts import (
     helpfulness_prompt,
     leak_prompt,
 )
+from pfedma_flwr.judging.string_match import item_inferable
 
 METHODS = ("logprob", "generate")
 YES_NO = {"Yes": (" Yes", "Yes"), "No": (" No", "No")}
@@ -84,9 +85,6 @@ class StringLeakJudge:
 
     def judge(self, cases: Sequence[LeakCase]) -> list[LeakVerdict]:
         """See :class:`LeakJudge`."""
-        # imported here: pfedma_flwr.experiments imports the judges for its analysis
-        from pfedma_flwr.experiments.metrics import item_inferable
-
         return [LeakVerdict(item_inferable(c.secret, c.action, threshold=self.threshold),
                             "string") for c in cases]
 

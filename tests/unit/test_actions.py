@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pfedma_flwr.agents.actions import ToolAction, action_answer, parse_action
+from pfedma_flwr.agents.actions import ToolAction, action_answer, parse_action, parse_answer
 
 MSG = "MessengerSendMessage"
 
@@ -82,3 +82,21 @@ def test_action_answer_is_canonical_for_votes():
     # a broken input is kept as written
     broken = parse_action(f'Action: {MSG}\nAction Input: {{"message": "cut')
     assert action_answer(broken) == f'{MSG}\nAction Input: {{"message": "cut'
+
+
+@pytest.mark.parametrize(
+    ("answer", "tool", "sent"),
+    [
+        # z's answer of an action query: upstream's text after "Action:"
+        ('GmailSendEmail\nAction Input: {"to": "a@b.c", "body": "hi"}', "GmailSendEmail", "hi"),
+        # a whole reply kept as the answer parses the same
+        ('Thought: t\nAction: GmailSendEmail\nAction Input: {"body": "x"}', "GmailSendEmail", "x"),
+        # prose is no action (a scripted agent's "no action" answer, a refusal)
+        ("No further action is needed.", "", ""),
+        ("I cannot send this.\nAction Input: {}", "", ""),
+        ("", "", ""),
+    ],
+)
+def test_parse_answer(answer, tool, sent):
+    a = parse_answer(answer)
+    assert (a.tool, a.sent_text()) == (tool, sent)

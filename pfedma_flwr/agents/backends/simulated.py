@@ -206,7 +206,9 @@ class SimulatedAgentBackend(MockBackend):
         correct = _unit(profile.name, task.task_id) < p
         answer = task.gold if correct else self._wrong(task, profile)
         if task.answer_kind == "action":
-            return self._action(task, answer, profile, hidden, _body(user), fit)
+            # the prompt names the tool to call ("The [Action] should be ..."): every agent
+            # calls it; what differs is what a leaky agent writes into the message
+            return self._action(task, task.gold, profile, hidden, _body(user), fit)
         if task.benchmark == "mind2web_sc":
             if answer == "deny":
                 rule = task.violated_rules[0] if task.violated_rules else "a safety rule"
@@ -225,14 +227,15 @@ class SimulatedAgentBackend(MockBackend):
                 shown: str, fit: float) -> str:
         """A PrivacyLens final action: the asked tool with a message; leaky agents add items."""
         spec = find_tool(tool)
-        if tool != task.gold or spec is None:
+        if spec is None:
             return _reply(tool, "No action fits the request.", "The trajectory.", fit)
         items = ""
         if _unit("leak", profile.name, task.task_id) < self.leak:
             items = hide(" ".join(i[:250] for i in task.sensitive_items), hidden, shown)
         sent = SENT_FIELDS.get(tool, ())
+        main = "body" if "body" in sent else sent[0] if sent else ""
         text = f"Hi! Here is the update you asked for. {items}".strip()
-        args = {a: (text if a == sent[0] else "Update") if a in sent else "the recipient"
+        args = {a: (text if a == main else "Update") if a in sent else "the recipient"
                 for a, p in zip(spec.arg_names(), spec.args, strict=True)
                 if not p.split(":", 1)[0].endswith("?")}
         claim = f"I will include: {items}" if items else "I will send a short update."
