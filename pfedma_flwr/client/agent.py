@@ -35,6 +35,7 @@ from pfedma_flwr.agents.reasoning import derive_response
 from pfedma_flwr.answers import OPEN_KINDS
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.data.benchmarks import Task
+from pfedma_flwr.data.privacylens_prompt import case_part
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.data.retrieval import get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
@@ -173,7 +174,7 @@ class ClientAgent:
         """
         rules = initial_local_rules(entity_types=profile_entities(self.profile.domains),
                                     sensitive_items=self.sensitive_items)
-        seed = [t.question[:300] for t in self.private_data][: self.experience_size]
+        seed = [case_part(t.question)[:300] for t in self.private_data][: self.experience_size]
         return AgentState(rules=LocalRuleRepository(mode=self.mode, rules=rules),
                           experience=seed)
 
@@ -261,7 +262,8 @@ class ClientAgent:
             # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
-            self._remember(state, f"{q.text[:300]} => {raw.final_answer[:100]} {said}".rstrip())
+            self._remember(state, f"{case_part(q.text)[:300]} => {raw.final_answer[:100]} "
+                                  f"{said}".rstrip())
             if reasoning:
                 self._learn(state, q, raw.final_answer)
         state.rounds += 1

@@ -97,6 +97,19 @@ _NOT_NAMES = frozenset(
 )
 
 
+_START = "## Start the Execution\n"
+
+
+def case_part(text: str) -> str:
+    """The case-specific tail of a posed tool-use task (user input, trajectory), else ``text``.
+
+    Thousands of characters of scaffolding (system line, tool specifications, format) open
+    every PrivacyLens prompt alike; what a client keeps of a task in ``X_i`` is the case.
+    """
+    at = text.find(_START)
+    return text[at + len(_START):] if at >= 0 else text
+
+
 def agent_prompt(trajectory: Mapping[str, Any], *, variant: str = "naive") -> str:
     """The whole final-action prompt of one PrivacyLens case (one user message upstream).
 
