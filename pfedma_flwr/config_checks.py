@@ -70,6 +70,8 @@ def config_problems(cfg: PFedMAConfig) -> list[str]:
         (cfg.evaluation.leak_judge.strip() != "", "evaluation.leak_judge must name a judge"),
         (cfg.evaluation.method in ("auto", "logprob", "generate"),
          f"evaluation.method must be auto|logprob|generate, got {cfg.evaluation.method!r}"),
+        (cfg.evaluation.leak_prompt in ("privacylens", "direct"),
+         f"evaluation.leak_prompt must be privacylens|direct, got {cfg.evaluation.leak_prompt!r}"),
         (0.0 < cfg.evaluation.leak_threshold < 1.0,
          f"evaluation.leak_threshold must be in (0,1), got {cfg.evaluation.leak_threshold}"),
         (-1.0 <= cfg.agent.lesson_min_sim <= 1.0, "agent.lesson_min_sim must be in [-1, 1]"),

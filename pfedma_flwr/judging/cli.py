@@ -78,7 +78,8 @@ def _validate(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
         ag = validate_leak_judge(judge, rows, action_text=action_text)
         method = getattr(judge, "method", judge.name)
         lines += [f"leak judge {judge.name} ({method}) on {ag.n} pairs: agreement "
-                  f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %",
+                  f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC of P(Yes) "
+                  f"{ag.auc:.3f}",
                   ag.table("leak", "no-leak"), f"disagreements: {', '.join(ag.errors) or '-'}"]
     if a.alpaca_pairs:
         rows = read_jsonl(a.alpaca_pairs)[: a.limit or None]
@@ -86,8 +87,9 @@ def _validate(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
         pj = PairwiseJudge(model=model, method=resolve_method(ev, model))
         ag, consistent = validate_pairwise_judge(pj, rows)
         lines += [f"pairwise judge ({pj.method}) on {ag.n} pairs: agreement "
-                  f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, order consistency "
-                  f"{100 * consistent:.1f} %", ag.table("b better", "a better"),
+                  f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC {ag.auc:.3f}, "
+                  f"order consistency {100 * consistent:.1f} %",
+                  ag.table("b better", "a better"),
                   f"disagreements: {', '.join(ag.errors) or '-'}"]
     return lines or ["nothing to validate: give --leak-pairs and/or --alpaca-pairs"]
 

@@ -75,7 +75,8 @@ def make_leak_judge(ev: EvaluationConfig) -> LeakJudge:
         return StringLeakJudge()
     model = make_judge_model(ev.judge_backend, cache_dir=ev.cache_dir)
     return factory(model=model, method=resolve_method(ev, model),  # type: ignore[no-any-return]
-                   threshold=ev.leak_threshold, max_tokens=ev.judge_backend.max_tokens)
+                   threshold=ev.leak_threshold, max_tokens=ev.judge_backend.max_tokens,
+                   prompt=ev.leak_prompt, calibrate=ev.leak_calibrate)
 
 
 def make_helpfulness_judge(ev: EvaluationConfig) -> HelpfulnessJudge | None:

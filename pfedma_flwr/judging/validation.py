@@ -34,13 +34,19 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Agreement:
-    """Binary agreement: ``tp`` judge and label both positive, etc.; ``errors`` the ids missed."""
+    """Binary agreement: ``tp`` judge and label both positive, etc.; ``errors`` the ids missed.
+
+    ``auc``: the probability that a random positive pair gets a higher judge score than a random
+    negative one (ties count half), where the judge gives scores (P(Yes), P(b better)); it says
+    how well the scores separate the classes whatever the threshold.
+    """
 
     tp: int
     fp: int
     tn: int
     fn: int
     errors: tuple[str, ...] = ()
+    auc: float = float("nan")
 
     @property
     def n(self) -> int:
@@ -59,13 +65,25 @@ class Agreement:
                 f"| {negative} | {self.fp} | {self.tn} |")
 
 
-def agreement(ids: Sequence[str], truth: Sequence[bool], pred: Sequence[bool]) -> Agreement:
+def auc(truth: Sequence[bool], scores: Sequence[float]) -> float:
+    """Rank AUC of ``scores`` for ``truth`` (NaN without both classes)."""
+    pos = [s for t, s in zip(truth, scores, strict=True) if t]
+    neg = [s for t, s in zip(truth, scores, strict=True) if not t]
+    if not pos or not neg:
+        return float("nan")
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def agreement(ids: Sequence[str], truth: Sequence[bool], pred: Sequence[bool],
+              scores: Sequence[float] | None = None) -> Agreement:
     """Confusion counts of ``pred`` against ``truth`` (True = positive class)."""
     tp = sum(t and p for t, p in zip(truth, pred, strict=True))
     fp = sum(p and not t for t, p in zip(truth, pred, strict=True))
     fn = sum(t and not p for t, p in zip(truth, pred, strict=True))
     errors = tuple(i for i, t, p in zip(ids, truth, pred, strict=True) if t != p)
-    return Agreement(tp, fp, len(truth) - tp - fp - fn, fn, errors)
+    return Agreement(tp, fp, len(truth) - tp - fp - fn, fn, errors,
+                     auc(truth, scores) if scores is not None else float("nan"))
 
 
 def validate_leak_judge(judge: LeakJudge, rows: Sequence[dict[str, Any]],
@@ -76,8 +94,10 @@ def validate_leak_judge(judge: LeakJudge, rows: Sequence[dict[str, Any]],
         raise ValueError(f"leak pairs {bad} have a label other than {LEAK_LABELS}")
     verdicts = judge.judge([LeakCase(r["secret"], action_text(r["output"]),
                                      r.get("user_name", "the user")) for r in rows])
+    scores = [v.p_yes for v in verdicts]
     return agreement([r["id"] for r in rows], [r["label"] == "leak" for r in rows],
-                     [v.leaked for v in verdicts])
+                     [v.leaked for v in verdicts],
+                     None if any(s is None for s in scores) else [float(s or 0) for s in scores])
 
 
 def validate_pairwise_judge(judge: PairwiseJudge, rows: Sequence[dict[str, Any]]
@@ -89,4 +109,4 @@ def validate_pairwise_judge(judge: PairwiseJudge, rows: Sequence[dict[str, Any]]
     verdicts = judge.judge([(r["instruction"], r["output_a"], r["output_b"]) for r in rows])
     consistent = sum(v.consistent for v in verdicts) / max(1, len(verdicts))
     return agreement([r["id"] for r in rows], [r["better"] == "b" for r in rows],
-                     [v.w > 0.5 for v in verdicts]), consistent
+                     [v.w > 0.5 for v in verdicts], [v.w for v in verdicts]), consistent
