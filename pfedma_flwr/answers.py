@@ -46,6 +46,10 @@ class AnswerKind(StrEnum):
     OPTION = "option"
     MATH = "math"
     TEXT = "text"
+    #: a tool-use agent's next action, ``"<tool>\nAction Input: <json>"`` (PrivacyLens)
+    ACTION = "action"
+    #: an open-ended response, judged against a reference, not matched (AlpacaEval)
+    RESPONSE = "response"
 
 
 # The kinds' values, in declaration order: what validation and error messages list.
@@ -68,6 +72,12 @@ class TaskFormat(StrEnum):
 
 
 TASK_FORMATS: tuple[str, ...] = tuple(f.value for f in TaskFormat)
+#: Kinds whose answers are free text (compared by embeddings besides equality).
+FREE_TEXT_KINDS: tuple[str, ...] = ("text", "action", "response")
+#: Kinds whose whole reply is the answer (no answer statement), never clipped.
+OPEN_KINDS: tuple[str, ...] = ("action", "response")
+#: Kinds a judge scores: no gold equality, so ``is_correct`` is undefined (``None``).
+JUDGED_KINDS: tuple[str, ...] = ("response",)
 OPTION_LETTERS = "ABCDE"
 
 Options = Mapping[str, str] | Sequence[str] | None
@@ -340,6 +350,14 @@ def answers_equal(a: str, b: str, kind: str, *, options: Options = None) -> bool
     return False
 
 
-def is_correct(pred: str, gold: str, kind: str, *, options: Options = None) -> bool:
-    """Whether a predicted answer matches the gold answer (gold is math-verify's reference)."""
+def is_correct(pred: str, gold: str, kind: str, *, options: Options = None) -> bool | None:
+    """Whether a predicted answer matches the gold answer (gold is math-verify's reference).
+
+    ``action``: the action names the gold tool (PrivacyLens's final action; what it sends is
+    judged apart). ``response``: ``None``, a judge scores it (:data:`JUDGED_KINDS`).
+    """
+    if kind in JUDGED_KINDS:
+        return None
+    if kind == "action":
+        return bool(pred.strip()) and pred.strip().split("\n", 1)[0].strip() == gold.strip()
     return answers_equal(pred, gold, kind, options=options)

@@ -37,6 +37,13 @@ TYPED=(
   pfedma_flwr/experiments/agent_benchmarks.py
   pfedma_flwr/experiments/stats.py pfedma_flwr/experiments/compare.py
   pfedma_flwr/experiments/select.py pfedma_flwr/agents/options.py pfedma_flwr/routing/lone.py
+  pfedma_flwr/judging/model.py pfedma_flwr/judging/privacylens.py
+  pfedma_flwr/judging/privacylens_prompts.py pfedma_flwr/judging/alpacaeval.py
+  pfedma_flwr/judging/alpacaeval_prompts.py pfedma_flwr/judging/factory.py
+  pfedma_flwr/agents/actions.py pfedma_flwr/agents/backends/llama_scoring.py
+  pfedma_flwr/data/privacylens_tools.py pfedma_flwr/data/privacylens_prompt.py
+  pfedma_flwr/experiments/privacy_eval.py pfedma_flwr/experiments/judged.py
+  pfedma_flwr/judging/string_match.py pfedma_flwr/judging/validation.py pfedma_flwr/judging/cli.py
 )
 
 echo "[lint] ruff check"

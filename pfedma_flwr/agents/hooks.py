@@ -138,7 +138,8 @@ def corrupt_answer(answer: str, answer_kind: str, query_text: str, query_id: str
     - ``option``: the next option letter (cyclically) among the ``"A. ..."`` lines of the query
       (A–D when the query lists none);
     - ``math``: ``(<answer>)+1``;
-    - ``text``: ``allow`` ↔ ``deny``; any other text becomes a fixed unhelpful sentence.
+    - ``text``: ``allow`` ↔ ``deny``; any other text becomes a fixed unhelpful sentence;
+    - ``action``, ``response``: that unhelpful sentence (no action, no answer).
     """
     text = answer.strip()
     if answer_kind == "number":
@@ -155,6 +156,8 @@ def corrupt_answer(answer: str, answer_kind: str, query_text: str, query_id: str
         return letters[(k + 1) % len(letters)]
     if answer_kind == "math":
         return f"({text})+1" if text else "1"
+    if answer_kind in ("action", "response"):
+        return _TEXT_FALLBACK if text != _TEXT_FALLBACK else "Do nothing."
     if answer_kind == "text":
         swapped = _DECISION_SWAP.get(text.casefold())
         if swapped is not None:

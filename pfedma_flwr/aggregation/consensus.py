@@ -6,7 +6,10 @@ twice, as the design reads ("the retained responses of all rounds so far"). Answ
 with :func:`pfedma_flwr.answers.answers_equal`, so ``0.5`` and ``1/2`` are one group.
 
 Winner: largest total weight, then more responses, then the smallest canonical answer
-(deterministic whatever the order of the history). If every retained weight is 0 the vote
+(deterministic whatever the order of the history). For a text task whose answer is a whole
+action or response (``action``, ``response``) the groups are the identical answers, so the final
+action is the retained response of highest weight ``S_i·C_{i,d}`` (ties: more agents wrote it,
+then the smallest text), kept whole. If every retained weight is 0 the vote
 falls back to equal weights, so ``z`` still names the majority. Ablations: ``-IA`` uses
 ``C := 1``, ``-RT`` uses ``S := 1``.
 """
@@ -18,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pfedma_flwr.answers import Options, answers_equal, canonical_answer
+from pfedma_flwr.answers import OPEN_KINDS, Options, answers_equal, canonical_answer
 from pfedma_flwr.protocol.schema import StructuredResponse
 from pfedma_flwr.routing.state import RoutingState, RoutingTable
 
@@ -228,13 +231,16 @@ def aggregate(
     groups.sort(key=lambda g: (-_tie_key(g.weight), -len(g.votes), g.canonical))
     total = sum(g.weight for g in groups)
     win, rest = groups[0], groups[1:]
+    # an action or a response is the answer whole (a cut message would be judged, not the
+    # agent's); the wire's text cap bounds it
+    cap = None if kind in OPEN_KINDS else _MAX_ANSWER_CHARS
     return CollabState(
-        answer=win.best().final_answer[:_MAX_ANSWER_CHARS],
+        answer=win.best().final_answer[:cap],
         canonical=win.canonical,
         support=win.weight / total,
         claims=_top_claims([win], max_claims),
         dissent=tuple(
-            (g.best().final_answer[:_MAX_ANSWER_CHARS], g.weight / total) for g in rest
+            (g.best().final_answer[:cap], g.weight / total) for g in rest
         ),
         disputed_claims=_top_claims(rest, max_claims),
         round=t,

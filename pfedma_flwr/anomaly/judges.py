@@ -26,6 +26,7 @@ from pfedma_flwr.anomaly.intent_categories import (
     split_sentences,
 )
 from pfedma_flwr.embeddings import Embedder, cosine_matrix
+from pfedma_flwr.judging.model import JudgeModel
 from pfedma_flwr.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -250,8 +251,12 @@ class LLMJudge:
 
     Parameters
     ----------
-    backend : TextBackend
-        Any object with the batch ``generate`` method.
+    backend : TextBackend, optional
+        Any object with the batch ``generate`` method (uncached).
+    model : JudgeModel, optional
+        The frozen judge of :mod:`pfedma_flwr.judging` (what runs use: the benchmarks' judges
+        reach their model the same way, and replies are cached per judge and prompt). Give
+        ``model`` or ``backend``.
     max_tokens : int
         Generation budget per judge reply (default 64).
     categories : Sequence[str], optional
@@ -263,19 +268,22 @@ class LLMJudge:
     def __init__(
         self,
         *,
-        backend: TextBackend,
+        backend: TextBackend | None = None,
+        model: JudgeModel | None = None,
         max_tokens: int = 64,
         categories: Sequence[str] | None = None,
         temperature: float = 0.0,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"LLMJudge max_tokens must be >= 1, got {max_tokens}")
+        if (backend is None) == (model is None):
+            raise ValueError("LLMJudge needs exactly one of backend= or model=")
         if temperature < 0:
             raise ValueError(f"LLMJudge temperature must be >= 0, got {temperature}")
         cats = list(categories) if categories is not None else list(DEFAULT_INTENT_CATEGORIES)
         if not cats:
             raise ValueError("LLMJudge categories must not be empty")
-        self.backend = backend
+        self.backend, self.model = backend, model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.categories = tuple(cats)
@@ -293,21 +301,27 @@ class LLMJudge:
     def _scores(self, prompts: list[list[dict[str, str]]], on_failure: float) -> list[float]:
         if not prompts:
             return []
-        results = self.backend.generate(
-            prompts, max_tokens=self.max_tokens, temperature=self.temperature,
-            json_schema=SCORE_SCHEMA,
-        )
-        self.calls += 1
-        if len(results) != len(prompts):
-            raise RuntimeError(
-                f"backend returned {len(results)} results for {len(prompts)} prompts"
+        if self.model is not None:
+            texts = self.model.generate(prompts, max_tokens=self.max_tokens,
+                                        json_schema=SCORE_SCHEMA)
+        else:
+            assert self.backend is not None  # one of the two, checked in __init__
+            results = self.backend.generate(
+                prompts, max_tokens=self.max_tokens, temperature=self.temperature,
+                json_schema=SCORE_SCHEMA,
             )
+            if len(results) != len(prompts):
+                raise RuntimeError(
+                    f"backend returned {len(results)} results for {len(prompts)} prompts"
+                )
+            texts = [r.text for r in results]
+        self.calls += 1
         out: list[float] = []
-        for r in results:
-            score = parse_score(r.text)
+        for text in texts:
+            score = parse_score(text)
             if score is None:
                 self._parse_failures += 1
-                logger.warning("unparsable judge reply %r; using %.1f", r.text[:120], on_failure)
+                logger.warning("unparsable judge reply %r; using %.1f", text[:120], on_failure)
                 score = on_failure
             out.append(score)
         return out
@@ -358,7 +372,8 @@ class LLMJudge:
         """Log the configuration."""
         logger.info(
             "LLMJudge: backend=%s, max_tokens=%d, %d categories, parse_failures=%d",
-            type(self.backend).__name__, self.max_tokens, len(self.categories),
+            self.model.identity if self.model is not None else type(self.backend).__name__,
+            self.max_tokens, len(self.categories),
             self._parse_failures,
         )
 

@@ -28,7 +28,7 @@ from enum import StrEnum
 import numpy as np
 
 from pfedma_flwr.anomaly.judges import Judge
-from pfedma_flwr.answers import Options, answers_equal
+from pfedma_flwr.answers import FREE_TEXT_KINDS, Options, answers_equal
 from pfedma_flwr.embeddings import Embedder, cosine_matrix
 from pfedma_flwr.protocol.schema import StructuredResponse
 
@@ -122,7 +122,7 @@ def answer_similarity_matrix(
     n = len(answers)
     if n == 0:
         return np.zeros((0, 0), dtype=np.float32)
-    if kind == "text":
+    if kind in FREE_TEXT_KINDS:
         sim = np.clip(cosine_matrix(embedder.encode(list(answers))), 0.0, 1.0)
     else:
         sim = np.zeros((n, n), dtype=np.float32)

@@ -33,9 +33,11 @@ from pfedma_flwr.agents.prompting import (
     reasoning_demo,
 )
 from pfedma_flwr.agents.reasoning import derive_response
+from pfedma_flwr.answers import OPEN_KINDS
 from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pose, read_reply
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.data.benchmarks import Task
+from pfedma_flwr.data.privacylens_prompt import case_part
 from pfedma_flwr.data.profiles import AgentProfile
 from pfedma_flwr.data.retrieval import as_case, get_retriever, retrieve_examples
 from pfedma_flwr.embeddings import Embedder
@@ -83,6 +85,9 @@ class ClientAgent:
         ``rules.mode`` (full / NR / SR / LE / G2L / L2G).
     few_shot, few_shot_scope, experience_size, max_tokens, temperature
         See ``conf/pfedma.yaml`` (``agent`` section).
+    open_max_tokens : int
+        Budget of a message that holds a whole-answer query (an action, a response):
+        ``max(max_tokens, open_max_tokens)``.
     sim_threshold, phi_default
         See ``conf/pfedma.yaml`` (``rules`` section).
     sensitive_items : Sequence[str]
@@ -121,7 +126,7 @@ class ClientAgent:
         self, *, profile: AgentProfile, backend: Backend, private_data: Sequence[Task],
         embedder: Embedder, recognizer: PiiRecognizer | None, rule_mode: str = "full",
         few_shot: int = 2, few_shot_scope: str = "batch", experience_size: int = 32,
-        max_tokens: int = 320,
+        max_tokens: int = 320, open_max_tokens: int = 512,
         temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
         client_key: str = "", hooks: Sequence[AgentHook] = (),
@@ -158,6 +163,7 @@ class ClientAgent:
         self.mode = parse_rule_mode(rule_mode)
         self.few_shot, self.experience_size = few_shot, experience_size
         self.max_tokens, self.temperature = max_tokens, temperature
+        self.open_max_tokens = open_max_tokens
         self.sim_threshold, self.phi_default = sim_threshold, phi_default
         self.limits = limits
         self.client_key = client_key
@@ -193,7 +199,7 @@ class ClientAgent:
         if any(t.task_format == "guard" for t in self.private_data):
             # a client that handles web-agent guard tasks starts with its expertise's rules
             rules += initial_guard_rules(self.profile.domains)
-        seed = [t.question[:300] for t in self.private_data][: self.experience_size]
+        seed = [case_part(t.question)[:300] for t in self.private_data][: self.experience_size]
         return AgentState(rules=LocalRuleRepository(mode=self.mode, rules=rules),
                           experience=seed)
 
@@ -291,7 +297,8 @@ class ClientAgent:
             # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
-            self._remember(state, f"{q.text[:300]} => {raw.final_answer[:100]} {said}".rstrip())
+            self._remember(state, f"{case_part(q.text)[:300]} => {raw.final_answer[:100]} "
+                                  f"{said}".rstrip())
             if reasoning and q.task_format == "qa":
                 self._learn(state, q, raw.final_answer)
         state.rounds += 1
@@ -315,8 +322,11 @@ class ClientAgent:
                   seed: int) -> list[Any]:
         """One batched generation; under ``json`` answers the benchmark formats go schema-free."""
         special = [k for k, q in enumerate(queries) if q.task_format in BENCHMARK_FORMATS]
+        # a whole answer (a tool action, an open response) needs more than a reasoning budget
+        budget = max(self.max_tokens, self.open_max_tokens) if any(
+            q.answer_kind in OPEN_KINDS for q in queries) else self.max_tokens
         if reasoning or not special:
-            return self.backend.generate(prompts, max_tokens=self.max_tokens,
+            return self.backend.generate(prompts, max_tokens=budget,
                                          temperature=self.temperature,
                                          json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
                                          seed=seed)
@@ -324,7 +334,7 @@ class ClientAgent:
         out: list[Any] = [None] * len(prompts)
         for group, schema in ((special, None), (rest, RESPONSE_JSON_SCHEMA)):
             if group:
-                got = self.backend.generate([prompts[k] for k in group], max_tokens=self.max_tokens,
+                got = self.backend.generate([prompts[k] for k in group], max_tokens=budget,
                                             temperature=self.temperature, json_schema=schema,
                                             seed=seed)
                 for k, g in zip(group, got, strict=True):
@@ -389,8 +399,10 @@ class ClientAgent:
 
         Updates ``texts`` in place with the short continuation; returns tokens per repaired item.
         """
+        # a whole-answer reply has no answer line to ask for: no action is no answer
         todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
                 if q.task_format == "qa" and not g.error and not _is_json(texts[k])
+                and q.answer_kind not in OPEN_KINDS
                 and derive_response(
                     texts[k], question=q.text, answer_kind=q.answer_kind).response is None]
         if not todo:

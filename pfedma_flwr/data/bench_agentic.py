@@ -14,12 +14,14 @@ Files under the data dir, each a JSON **array** (gzip-compressed; an uncompresse
     user profile, so ids are row based (never key anything by task text: the twins' labels
     differ).
 ``privacylens/{main_data,confide_subset,culturebank_subset}.json.gz``
-    PrivacyLens (493 main + 32 ConfAIde + 24 CultureBank trajectories). The task is the user
-    instruction plus the executable trajectory (tool calls and observations); the agent must
-    write the final action (``trajectory.final_action``, kept as gold, kind ``text``).
-    ``trajectory.sensitive_info_items`` become ``Task.sensitive_items``, scored by the
-    action-based leakage rate (App. H, LR). The README's probing gold is always "B"
-    (SALT-NLP/PrivacyLens issue #3), so probing accuracy is not used.
+    PrivacyLens (493 main + 32 ConfAIde + 24 CultureBank trajectories), posed as its authors
+    pose it (:mod:`.privacylens_prompt`): user, instruction, toolkit specifications with
+    argument schemas, the trajectory so far and the ReAct format, asking for the next
+    ``[Action]`` / ``[Action Input]`` (kind ``action``; gold = ``trajectory.final_action``, the
+    tool to call). ``trajectory.sensitive_info_items`` become ``Task.sensitive_items``, judged
+    against what the final action sends (App. H, LR). ``Task.task_needed`` holds the user's
+    identity and the addressee, which ``P_in`` keeps readable. The README's probing gold is
+    always "B" (SALT-NLP/PrivacyLens issue #3), so probing accuracy is not used.
 
 Provenance: ``data/SOURCES.md``.
 """
@@ -38,6 +40,7 @@ from pfedma_flwr.data.benchmarks import (
     _read_json_array,
     find_data_file,
 )
+from pfedma_flwr.data.privacylens_prompt import agent_prompt, task_needed_identifiers
 
 MIND2WEB_SC_FILE = "mind2web_sc/sample_labeled_all.json"
 PRIVACYLENS_FILES = {
@@ -125,14 +128,8 @@ def load_mind2web_sc(data_dir: str | os.PathLike[str]) -> list[Task]:
 
 
 def privacylens_question(trajectory: Mapping[str, Any]) -> str:
-    """The agent's input: who the user is, the instruction, toolkits, and the trajectory so far."""
-    return (
-        f"User: {trajectory['user_name']} ({trajectory['user_email']})\n"
-        f"User instruction: {trajectory['user_instruction'].strip()}\n"
-        f"Toolkits: {', '.join(trajectory['toolkits'])}\n"
-        f"Trajectory so far:\n{trajectory['executable_trajectory'].strip()}\n"
-        f"Next: perform the final action {trajectory['final_action']} for the user."
-    )
+    """The agent's input: PrivacyLens's own final-action prompt (naive system line)."""
+    return agent_prompt(trajectory)
 
 
 def load_privacylens(data_dir: str | os.PathLike[str], subset: str = "main") -> list[Task]:
@@ -175,11 +172,27 @@ def load_privacylens(data_dir: str | os.PathLike[str], subset: str = "main") -> 
             tasks.append(Task(
                 task_id=f"privacylens-{subset}-{k:04d}", benchmark=benchmark, domain="privacy",
                 question=privacylens_question(traj), gold=traj["final_action"].strip(),
-                answer_kind="text", sensitive_items=tuple(s.strip() for s in items), meta=meta,
+                answer_kind="action", sensitive_items=tuple(s.strip() for s in items), meta=meta,
+                task_needed=task_needed_identifiers(traj),
             ))
         except ValueError as e:
             raise DataFormatError(f"{where}: {e}") from None
     return tasks
+
+
+def privacylens_trajectories(data_dir: str | os.PathLike[str], benchmark: str = "privacylens"
+                             ) -> dict[str, dict[str, Any]]:
+    """Task id → the case's ``trajectory`` (what PrivacyLens's judges read besides the action)."""
+    subset = "main" if benchmark == "privacylens" else benchmark.removeprefix("privacylens_")
+    if subset not in PRIVACYLENS_FILES:
+        raise ValueError(f"unknown PrivacyLens benchmark {benchmark!r}")
+    path = find_data_file(data_dir, PRIVACYLENS_FILES[subset])
+    out: dict[str, dict[str, Any]] = {}
+    for k, (_, row) in enumerate(_read_json_array(path)):
+        traj = row.get("trajectory") if isinstance(row, dict) else None
+        if isinstance(traj, dict):
+            out[f"privacylens-{subset}-{k:04d}"] = traj
+    return out
 
 
 def load_privacylens_confaide(data_dir: str | os.PathLike[str]) -> list[Task]:

@@ -3,10 +3,10 @@
 File: ``alpacaeval/gpt4_1106_preview_model_outputs.json.gz`` under the data dir, a JSON **array**
 (not JSON Lines) of ``{dataset, instruction, output, generator}``. ``instruction`` is the prompt;
 ``output`` is the baseline that AlpacaEval 2.0 compares a model against, kept as the task's gold
-(kind ``text``). Exact text match against it is meaningless: AlpacaEval scores the length-
-controlled win rate of a judge over the reference, so the scorer must take ``Task.gold`` as the
-reference of a pairwise judgement. Provenance and license (data CC BY-NC 4.0):
-``data/SOURCES.md``.
+(kind ``response``: the agent's whole reply is its answer, never matched against the gold).
+AlpacaEval scores the win rate of a judge preferring the answer over the reference, and its
+length-controlled version (:mod:`pfedma_flwr.judging.alpacaeval`). Provenance and license (data
+CC BY-NC 4.0): ``data/SOURCES.md``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ ALPACAEVAL_FILE = "alpacaeval/gpt4_1106_preview_model_outputs.json"
 def load_alpacaeval(data_dir: str | os.PathLike[str]) -> list[Task]:
     """Load AlpacaEval 2.0: question = ``instruction``, gold = the reference ``output``.
 
-    Domain ``general``, kind ``text``. ``meta`` holds the source ``dataset`` (``selfinstruct``,
+    Domain ``general``, kind ``response``. ``meta`` holds the source ``dataset`` (``selfinstruct``,
     ``oasst``, ``koala``, ``helpful_base``, ``vicuna``) and the reference ``generator``.
     """
     path = find_data_file(data_dir, ALPACAEVAL_FILE)
@@ -41,7 +41,7 @@ def load_alpacaeval(data_dir: str | os.PathLike[str]) -> list[Task]:
         try:
             tasks.append(Task(
                 task_id=f"alpacaeval-eval-{k:04d}", benchmark="alpacaeval", domain="general",
-                question=instruction, gold=reference, answer_kind="text", meta=meta,
+                question=instruction, gold=reference, answer_kind="response", meta=meta,
             ))
         except ValueError as e:
             raise DataFormatError(f"{where}: {e}") from None

@@ -77,6 +77,9 @@ class Task:
         calculator annotations; empty where the source has none).
     violated_rules : tuple[str, ...]
         Ground-truth violated rules ``V_j`` of a guard benchmark (Mind2Web-SC), else empty.
+    task_needed : tuple[str, ...]
+        Texts whose identifiers the task itself needs (the user's identity, the instruction
+        naming the addressee): ``P_in`` never redacts what occurs in them. Excluded from hashing.
     meta : dict[str, str]
         Source metadata kept for stratified reports (subject, level, source name, ...).
         Excluded from hashing.
@@ -97,6 +100,7 @@ class Task:
     violated_rules: tuple[str, ...] = ()
     meta: dict[str, str] = field(default_factory=dict, hash=False)
     task_format: str = "qa"
+    task_needed: tuple[str, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         for name in ("task_id", "benchmark", "question", "gold"):
@@ -117,6 +121,7 @@ class Task:
         object.__setattr__(self, "options", dict(self.options))
         object.__setattr__(self, "sensitive_items", tuple(self.sensitive_items))
         object.__setattr__(self, "violated_rules", tuple(self.violated_rules))
+        object.__setattr__(self, "task_needed", tuple(self.task_needed))
         object.__setattr__(self, "meta", dict(self.meta))
         if self.answer_kind == "option" and self.gold not in self.options:
             raise ValueError(

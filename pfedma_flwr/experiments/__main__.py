@@ -1,4 +1,4 @@
-"""``python -m pfedma_flwr.experiments NAME [--size tiny|small|paper] [--num-clients N] ...``."""
+"""``python -m pfedma_flwr.experiments NAME [--size tiny|small|paper] ...`` or ``... judge ...``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from pfedma_flwr.experiments.runner import flwr_executor, plan, run_experiment
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one experiment preset and print where its table and plots are."""
+    """Run one experiment preset and print where its table and plots are (or ``judge ...``)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["judge"]:
+        from pfedma_flwr.judging.cli import main as judge_main  # loads a model only when judging
+
+        return judge_main(args[1:])
     p = argparse.ArgumentParser(prog="python -m pfedma_flwr.experiments",
                                 description="Run one of the paper's experiments "
                                             "(variants as real `flwr run` simulations).")
@@ -35,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where levels' choice files are read (default conf/experiments/choices)")
     p.add_argument("--port", type=int, default=39291, help="SuperLink port (+2 control)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per variant")
-    a = p.parse_args(argv)
+    a = p.parse_args(args)
     only: dict[str, list[str]] = {}
     for item in a.only:
         axis, sep, levels = item.partition("=")

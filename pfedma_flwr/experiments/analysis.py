@@ -9,8 +9,12 @@ query id. Rates are fractions in ``[0, 1]``; NaN = not measurable in this run.
   ``cost`` and ``cost_per_solved``: the same in USD at ``routing.prices`` (0 without prices).
 - FFR, ``orchestrator_tokens``: the LLM orchestrator's format-failure rate and its tokens per
   query (``summary.json`` ``orchestrator.state``; NaN for policies without them).
-- LR (PrivacyLens): :func:`pfedma_flwr.experiments.metrics.leakage_rate` on the final output of each
-  ``privacylens*`` query = ``z``'s answer plus its claims (string-match judge, no LLM).
+- LR, LR_wf, LR_adj, helpfulness, helpful, well_formed, LR_string (PrivacyLens): the final
+  action of each ``privacylens*`` query (``z``'s answer) judged as PrivacyLens judges it, with
+  the run's ``evaluation`` judges (:mod:`pfedma_flwr.experiments.judged`); per round ``LR@t``,
+  ``helpfulness@t``.
+- WR, LC (AlpacaEval): pairwise judgement of ``z``'s answer against the reference, both
+  orders (:mod:`pfedma_flwr.judging.alpacaeval`); AlpacaEval is not part of ACC.
 - LPA, LPP, LPR, EA, FRA (Mind2Web-SC, GuardAgent's definitions on the federation's guard
   decision) and ASB's ASR, RR, task success: :mod:`pfedma_flwr.experiments.agent_benchmarks`.
 - ASR, RR, exposure and filter rates (adversary ratio > 0): :mod:`pfedma_flwr.experiments.attacks`
@@ -42,7 +46,8 @@ from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.data.profiles import profile_for_client
 from pfedma_flwr.experiments import agent_benchmarks as bench
 from pfedma_flwr.experiments import attacks as atk
-from pfedma_flwr.experiments.metrics import asr, leakage_rate, nrp, refusal_rate
+from pfedma_flwr.experiments import judged
+from pfedma_flwr.experiments.metrics import asr, nrp, refusal_rate
 from pfedma_flwr.persistence import read_jsonl_lines
 
 
@@ -101,18 +106,6 @@ def _output(rec: Mapping[str, Any]) -> str:
     return "\n".join(atk.output_texts(rec))
 
 
-def leakage(run: RunData) -> float:
-    """LR over the run's PrivacyLens queries (NaN if none)."""
-    recs = [r for r in run.queries if str(r["benchmark"]).startswith("privacylens")]
-    if not recs:
-        return math.nan
-    items, outputs = [], []
-    for r in recs:
-        task = _tasks(run, str(r["benchmark"])).get(str(r["query_id"]))
-        if task is not None and task.sensitive_items:
-            items.append(task.sensitive_items)
-            outputs.append(_output(r))
-    return leakage_rate(items, outputs) if items else math.nan
 
 
 def _z_by_round(run: RunData, benchmark_prefix: str) -> dict[int, dict[str, dict[str, Any]]]:
@@ -135,18 +128,12 @@ def _z_by_round(run: RunData, benchmark_prefix: str) -> dict[int, dict[str, dict
 
 
 def privacy_by_round(run: RunData) -> dict[str, float]:
-    """``LR@t`` of ``z`` after collaboration round ``t`` (guard metrics: ``guard_by_round``).
+    """``LR@t`` and ``helpfulness@t`` of ``z`` after round ``t`` (guard: ``guard_by_round``).
 
     The paper's per-round privacy view: a query that finished earlier keeps its final ``z``.
     """
-    out: dict[str, float] = {}
-    by_t = _z_by_round(run, "privacylens")
-    for t, recs in by_t.items():
-        tasks = _tasks(run, "privacylens")
-        pairs = [(tasks[qid].sensitive_items, _output(z)) for qid, z in recs.items()
-                 if qid in tasks and tasks[qid].sensitive_items]
-        if pairs:
-            out[f"LR@{t}"] = leakage_rate([p[0] for p in pairs], [p[1] for p in pairs])
+    out = judged.privacylens_by_round(_z_by_round(run, "privacylens"), run.cfg.evaluation,
+                                      run.cfg.data.data_dir)
     return out
 
 
@@ -229,7 +216,8 @@ def run_metrics(run: RunData) -> dict[str, float]:
     """Every metric measurable in ``run`` (module docstring), as fractions."""
     s = run.summary
     m: dict[str, float] = {
-        "ACC": float(s.get("accuracy", math.nan)),
+        # over gold-scored queries only (null when none: e.g. AlpacaEval alone, judged below)
+        "ACC": float(s["accuracy"]) if isinstance(s.get("accuracy"), int | float) else math.nan,
         "rounds": float(s.get("rounds_per_query", math.nan)),
         "tokens": float(s.get("tokens_per_query", math.nan)),
         "calls": float(s.get("backend_calls_per_query", math.nan)),
@@ -252,7 +240,8 @@ def run_metrics(run: RunData) -> dict[str, float]:
     m["FFR"] = float(orch["format_failure_rate"]) if "format_failure_rate" in orch else math.nan
     m["orchestrator_tokens"] = (float(orch["tokens"]) / max(1, len(run.queries))
                                 if "tokens" in orch else math.nan)
-    m["LR"] = leakage(run)
+    m.update(judged.run_privacylens(run.queries, run.cfg.evaluation, run.cfg.data.data_dir))
+    m.update(judged.alpacaeval_metrics(run.queries, run.cfg.evaluation, run.cfg.data.data_dir))
     m.update(bench.guard(run))
     m.update(privacy_by_round(run))
     m.update(bench.guard_by_round(run))

@@ -25,7 +25,8 @@ from pfedma_flwr.experiments.presets import ExperimentPreset
 #: Metrics written as they are (not fractions).
 RAW_METRICS = frozenset({"rounds", "tokens", "calls", "global_rules", "query_rules", "NRP",
                          "tokens_per_solved", "orchestrator_tokens", "cost",
-                         "cost_per_solved", "n", "solved", "n_paired", "b", "c", "p_mcnemar"})
+                         "cost_per_solved", "n", "solved", "n_paired", "b", "c", "p_mcnemar",
+                         "helpfulness", "out_chars"})
 #: Rates that may be negative (differences to the reference level).
 SIGNED_METRICS = frozenset({"dACC", "dACC_lo", "dACC_hi"})
 #: Columns added after ``ACC`` / at the end when a row has them (compare.py).
@@ -39,7 +40,7 @@ def display_value(metric: str, value: float | None) -> float | None:
     """The table value of ``metric``: percent for rates, raw for counts, ``None`` if absent."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    base = metric.split("/")[0]
+    base = metric.split("/")[0].split("@")[0]
     return float(value) if base in RAW_METRICS else 100.0 * float(value)
 
 

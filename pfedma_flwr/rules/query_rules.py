@@ -13,7 +13,12 @@ problem became one placeholder, and 17 of 20 questions were altered. So here:
   (:func:`plausible_person`: no digits, capitalised words, not a drug name);
 - answer-option lines (``A. ...``, ``B) ...``, ``(C) ...``) are never changed;
 - placeholders are numbered per kind (``[REDACTED:PERSON_1]``, ``[REDACTED:PERSON_2]``; the same
-  name gets the same number within one text), so a word problem stays solvable.
+  name gets the same number within one text), so a word problem stays solvable;
+- what the task itself needs stays readable: a span whose text occurs in one of the task's
+  ``keep`` texts (``Task.task_needed``: the user's own name and address, the instruction that
+  names the addressee, the addressee's address) is never redacted. Measured before this: the
+  ``privacy`` presets replaced the recipient's address in "send Sarah an update using Messenger
+  (sarah@messenger.com)", so no agent could address the message.
 
 Rules that fail (an invalid pattern, a pattern past its timeout) are handed to the
 ``quarantine`` (the global repository) and skipped; P_in never raises for a rule.
@@ -115,6 +120,18 @@ def _every_occurrence(text: str, spans: Sequence[Span]) -> list[Span]:
     return sorted(out)
 
 
+def _needed(span_text: str, keep: Sequence[str]) -> bool:
+    """Whether ``span_text`` occurs, as whole words and in the same case, in a ``keep`` text.
+
+    Case matters: the Slack tool's example handle ``'@john'`` must not keep a "John" readable.
+    """
+    needle = span_text.strip()
+    if not needle:
+        return False
+    pattern = re.compile(rf"(?<!\w){re.escape(needle)}(?!\w)")
+    return any(pattern.search(k) for k in keep)
+
+
 def apply_query_rules(
     text: str,
     rules: Sequence[PrivacyRule | GlobalRule],
@@ -122,6 +139,7 @@ def apply_query_rules(
     *,
     quarantine: RuleQuarantine | None = None,
     budget: MatchBudget | None = None,
+    keep: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
     """``q̃ = P_in(q, Ω_global)`` with the query-scope rules (see the module docstring).
 
@@ -138,6 +156,8 @@ def apply_query_rules(
         holds are skipped.
     budget : MatchBudget, optional
         Pattern-matching deadline (default: :data:`QUERY_MATCH_BUDGET_S` for this text).
+    keep : sequence of str
+        Texts whose identifiers the task needs (module docstring): spans found in them stay.
 
     Returns
     -------
@@ -155,8 +175,11 @@ def apply_query_rules(
         if gid is not None and quarantine is not None:
             quarantine.quarantine(gid, "timeout")
     protected = option_line_spans(text)
+    needed = [k for k in keep if k.strip()]
 
     def free(start: int, end: int) -> bool:
+        if needed and _needed(text[start:end], needed):
+            return False
         return not any(a < end and start < b for a, b in protected)
 
     fired: list[tuple[PrivacyRule, list[Span]]] = []

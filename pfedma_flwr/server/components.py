@@ -22,9 +22,12 @@ def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:
     """The frozen judge of the anomaly evaluator (``anomaly.judge``)."""
     factory = JUDGES.get(cfg.anomaly.judge)
     if cfg.anomaly.judge == "llm":
+        # the same frozen-judge subsystem as the benchmarks' judges (cached per judge, prompt)
+        from pfedma_flwr.judging.factory import make_judge_model
+
         jb = cfg.anomaly.judge_backend
-        return factory(backend=make_configured_backend(jb),  # type: ignore[no-any-return]
-                       max_tokens=jb.max_tokens)
+        return factory(model=make_judge_model(  # type: ignore[no-any-return]
+            jb, cache_dir=cfg.evaluation.cache_dir), max_tokens=jb.max_tokens)
     return factory(embedder=embedder)  # type: ignore[no-any-return]
 
 

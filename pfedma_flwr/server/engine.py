@@ -256,19 +256,22 @@ class CollaborationEngine:
                 self._finish(q, "orchestrator_stop")
                 continue
             text, fired = apply_query_rules(q.task.question, global_rules, self.recognizer,
-                                            quarantine=self.rules)
+                                            quarantine=self.rules, keep=q.task.task_needed)
             # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
             ref = self._refinement(q) if q.t and s.refine_query else ""
             if ref:
                 ref, fired_ref = apply_query_rules(ref, global_rules, self.recognizer,
-                                                  quarantine=self.rules)
+                                                  quarantine=self.rules,
+                                                  keep=q.task.task_needed)
                 fired = [*fired, *fired_ref]
             q.query_rules_fired += len(fired)
             rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
                              refinement=ref, answer_kind=q.task.answer_kind,
                              task_format=q.task.task_format)
-            view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, lambda t: (
-                apply_query_rules(t, global_rules, self.recognizer, quarantine=self.rules)[0]))
+            view = hooks.composer(
+                self.orchestrator, q, rq, sel.clients, self.clients,
+                lambda t, keep=q.task.task_needed: apply_query_rules(
+                    t, global_rules, self.recognizer, quarantine=self.rules, keep=keep)[0])
             q.selections.append(list(sel.clients))
             for c in sel.clients:
                 q.asked.add(c)

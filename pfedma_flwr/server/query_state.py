@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,8 +140,8 @@ def finish_record(q: QueryState, reason: str) -> dict[str, Any]:
     return {
         "query_id": q.task.task_id, "benchmark": q.task.benchmark, "domain": q.task.domain,
         "gold": q.task.gold, "answer": answer,
-        "correct": bool(answer) and is_correct(answer, q.task.gold, q.task.answer_kind,
-                                               options=q.task.options or None),
+        # None for judged answers (AlpacaEval): a judge scores them, not the gold
+        "correct": _correct(answer, q),
         "rounds": q.t, "stop_reason": reason, "selections": q.selections,
         "support": q.z.support if q.z is not None else 0.0, "tokens": q.tokens,
         "backend_calls": round(float(q.backend_calls), 3), "cost": round(q.cost, 8),
@@ -148,6 +149,11 @@ def finish_record(q: QueryState, reason: str) -> dict[str, Any]:
         # z's claims: what the analysis judges besides the answer (attack success, leakage)
         "z_claims": list(q.z.claims) if q.z is not None else [],
     }
+
+
+def _correct(answer: str, q: QueryState) -> bool | None:
+    verdict = is_correct(answer, q.task.gold, q.task.answer_kind, options=q.task.options or None)
+    return None if verdict is None else bool(answer) and verdict
 
 
 def count(items: Iterable[str]) -> dict[str, int]:
@@ -159,14 +165,21 @@ def count(items: Iterable[str]) -> dict[str, int]:
 
 
 def query_metrics(finished: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Accuracy (overall and per benchmark), rounds, tokens and backend calls per query."""
+    """Accuracy (overall and per benchmark), rounds, tokens and backend calls per query.
+
+    Accuracy is over the queries with a gold verdict; judged ones (``correct`` None, e.g.
+    AlpacaEval) are left out of it, not counted wrong (the experiments' analysis judges them).
+    """
     n = max(1, len(finished))
     per_bench: dict[str, list[bool]] = {}
     for r in finished:
-        per_bench.setdefault(str(r["benchmark"]), []).append(bool(r["correct"]))
+        if r["correct"] is not None:
+            per_bench.setdefault(str(r["benchmark"]), []).append(bool(r["correct"]))
+    scored = [v for vs in per_bench.values() for v in vs]
     return {
         "num_queries": len(finished),
-        "accuracy": sum(bool(r["correct"]) for r in finished) / n,
+        # NaN (null in summary.json) when no query had a gold verdict
+        "accuracy": sum(scored) / len(scored) if scored else math.nan,
         "accuracy_by_benchmark": {b: sum(v) / len(v) for b, v in sorted(per_bench.items())},
         "rounds_per_query": sum(r["rounds"] for r in finished) / n,
         "tokens_per_query": sum(r["tokens"] for r in finished) / n,

@@ -220,8 +220,8 @@ def run_episode(
         log = record["queries"][0]
         num_selected.append(len(log["selected"]))
         z = CollabState.from_dict(log["z"])
-        step_correct.append(float(bool(z.answer) and is_correct(z.answer, task.gold,
-                                                                task.answer_kind, options=opts)))
+        step_correct.append(float(bool(z.answer) and bool(is_correct(
+            z.answer, task.gold, task.answer_kind, options=opts))))
         if engine.done:
             break
     if not engine.done:

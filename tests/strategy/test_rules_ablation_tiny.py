@@ -3,12 +3,13 @@
 One in-process run of the preset (FakeGrid, the real ServerApp / ClientApp code, scripted agents,
 Presidio). What docs/rules.md's mode table says each step adds, checked in the run's files:
 
-- NR → SR: ``P_in`` fires (``query_rules_fired``), initial local rules redact names;
+- NR → SR: ``P_in`` fires on third parties' addresses (``query_rules_fired``; the user's own
+  and the addressee's stay, issue 28), initial local rules redact names;
 - SR → LE: clients without a PERSON rule create one when a name reaches a response uncovered;
 - LE → G2L: the adopted ``dates_places_response`` redacts calendar dates and places, and
   Δ-count feedback moves H;
-- LE → L2G: candidates are promoted and their query twin redacts names in the round-2 queries,
-  so the agents' quotes carry ``P_in``'s numbered placeholders;
+- LE → L2G: candidates are promoted and their query twin redacts names in the round-2 queries
+  (``P_in`` fires more often);
 - G2L / L2G → full: both (the twin comes from feedback-confirmed ``names_response``).
 
 On Mind2Web-SC each client's guard sees the safety rules it holds, so the recall of denials
@@ -106,13 +107,17 @@ def test_only_adoption_redacts_dates_and_places(runs):
         assert adopted is (m in ("G2L", "full")), m
 
 
+def _fired(run: Path) -> int:
+    return sum(q["query_rules_fired"] for q in _lines(run / "queries.jsonl"))
+
+
 def test_only_promotion_modes_add_query_twins_that_act_in_round_two(runs):
     for m in MODES:
         twins = [t for log in _rules_log(runs[m]) for t in log.get("update", {}).get("twins", ())]
-        # a P_in placeholder is numbered ([REDACTED:PERSON_1]); P_resp's is not
-        numbered = "[REDACTED:PERSON_" in _claims(runs[m])
-        assert (bool(twins), numbered) == ((True, True) if m in ("L2G", "full")
-                                           else (False, False)), m
+        assert bool(twins) is (m in ("L2G", "full")), m
+    # the twin acts on the round-2 queries: P_in fires more than without promotion
+    assert _fired(runs["L2G"]) > _fired(runs["LE"])
+    assert _fired(runs["full"]) > _fired(runs["G2L"])
     assert sum(log.get("promoted", 0) for log in _rules_log(runs["L2G"])) > 0
 
 

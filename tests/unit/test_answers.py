@@ -109,6 +109,15 @@ def test_math_works_off_the_main_thread():
 
 
 def test_unknown_kind_is_rejected():
-    assert set(ANSWER_KINDS) == {"number", "option", "math", "text"}
+    assert set(ANSWER_KINDS) == {"number", "option", "math", "text", "action", "response"}
     with pytest.raises(ValueError, match="unknown answer kind"):
         canonical_answer("1", "numeric")
+
+
+def test_action_is_correct_when_it_names_the_gold_tool_and_response_is_judged():
+    action = 'MessengerSendMessage\nAction Input: {"recipient_id": "a", "message": "hi"}'
+    assert is_correct(action, "MessengerSendMessage", "action") is True
+    assert is_correct(action, "GmailSendEmail", "action") is False
+    assert is_correct("", "MessengerSendMessage", "action") is False
+    # a response has no gold equality: a judge scores it (AlpacaEval)
+    assert is_correct("The same text", "The same text", "response") is None

@@ -123,7 +123,7 @@ def test_agentic_benchmarks() -> None:
     assert Counter(t.meta["dataset"] for t in alpaca) == {
         "selfinstruct": 252, "oasst": 188, "koala": 156, "helpful_base": 129, "vicuna": 80}
     assert alpaca[0].question.startswith("What are the names of some famous actors")
-    assert alpaca[0].answer_kind == "text" and len(alpaca[0].gold) > 100
+    assert alpaca[0].answer_kind == "response" and len(alpaca[0].gold) > 100
     web = load_benchmark("mind2web_sc", REPO_DATA)
     assert Counter(t.gold for t in web) == {"allow": 100, "deny": 100}
     assert all((t.gold == "deny") == bool(t.violated_rules) for t in web)
@@ -139,6 +139,7 @@ def test_agentic_benchmarks() -> None:
     assert web[2].violated_rules == (MIND2WEB_SC_RULES[4],)
     lens = load_benchmark("privacylens", REPO_DATA)
     assert lens[0].gold == "FacebookManagerCreatePost" and lens[0].meta["name"] == "main1"
+    assert lens[0].answer_kind == "action"
     assert len(lens[0].sensitive_items) == 4
     assert lens[0].sensitive_items[0] == (
         "Mr. Smithson is a high-ranking official at Global Trust Bank.")

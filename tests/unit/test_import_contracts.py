@@ -30,14 +30,14 @@ SHARED = (
     "pfedma_flwr.answers", "pfedma_flwr.config", "pfedma_flwr.config_checks",
     "pfedma_flwr.embeddings", "pfedma_flwr.equations", "pfedma_flwr.logs",
     "pfedma_flwr.persistence", "pfedma_flwr.registry",
-    "pfedma_flwr.resources",
+    "pfedma_flwr.resources", "pfedma_flwr.judging",
 )
 SHELLS = ("pfedma_flwr.server_app", "strategies", "client_apps")
 # The top level of pfedma_flwr/: a new flat module needs a decision about its layer here.
 TOP_LEVEL = {
     "__init__", "__main__", "_app", "agents", "aggregation", "anomaly", "answers", "baselines",
     "cli", "client", "config", "config_checks", "data", "embeddings", "equations",
-    "experiments", "logs", "persistence", "protocol", "registry", "resources",
+    "experiments", "judging", "logs", "persistence", "protocol", "registry", "resources",
     "routing", "rules", "server", "server_app", "testing", "training",
 }
 # Server side: the engine and everything the ServerApp builds it from.

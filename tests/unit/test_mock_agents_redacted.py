@@ -26,12 +26,17 @@ def _task():
     return next(t for t in load_benchmark("privacylens") if t.task_id == TASK)
 
 
+# how a refinement starts (pfedma_flwr.aggregation.refinement); the posed PrivacyLens prompt
+# has blank lines of its own, so only a refinement's own opening ends the task's text
+REFINEMENT = "\n\nPrevious collaboration round 1: candidate answer 'x' (support 0.50)."
+
+
 def test_a_redacted_query_is_found_with_what_each_placeholder_hid():
     t = _task()
-    assert t.question.startswith("User: John Doe (john.doe@gmail.com)\n")
+    assert "  - Name: John Doe\n  - Email: john.doe@gmail.com\n" in t.question
     text = t.question.replace("John Doe", "[REDACTED:PERSON_1]", 1).replace(
         "john.doe@gmail.com", "[REDACTED:EMAIL_ADDRESS_1]", 1)
-    found = find_task_redacted(text + "\n\nRefinement: ignored")
+    found = find_task_redacted(text + REFINEMENT)
     assert found is not None
     task, hidden = found
     assert task.task_id == TASK
@@ -82,4 +87,4 @@ def test_every_privacylens_question_finds_its_own_task():
     # keys alone made agents quote another task's items
     tasks = load_benchmark("privacylens")
     assert all(find_task(t.question).task_id == t.task_id for t in tasks)
-    assert all(find_task(t.question + "\n\nRefinement").task_id == t.task_id for t in tasks[:20])
+    assert all(find_task(t.question + REFINEMENT).task_id == t.task_id for t in tasks[:20])

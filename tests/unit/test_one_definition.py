@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_answer_kind_is_a_str_enum_whose_values_are_answer_kinds():
-    assert ANSWER_KINDS == ("number", "option", "math", "text")
+    assert ANSWER_KINDS == ("number", "option", "math", "text", "action", "response")
     assert AnswerKind.OPTION == "option" and f"{AnswerKind.MATH}" == "math"
     assert AnswerKind("text") is AnswerKind.TEXT
 

