@@ -159,6 +159,11 @@ class RulesConfig:
     # the PRIVATE_FACT sentence detector in the clients' recognizer (needs embedding.name
     # minilm; rules/private_facts.py); clients holding sensitive items detect uncovered facts
     private_facts: bool = True
+    # issue 30 (docs/threat_model.md): distinct clients (and share of the round's uploaders) a
+    # candidate needs to be promoted, and raters (and share of the clients that held a rule)
+    # before its H-score may switch the active rule; 1 and 0.0 = the seed's singleton rule
+    min_support_clients: int = 2
+    min_support_share: float = 0.5
 
 
 @dataclass

@@ -44,6 +44,9 @@ class FeedbackReport:
     updated: tuple[str, ...]
     unknown: tuple[str, ...]
     ignored_zero: int
+    #: rows (or rule scores) not counted, per reason: zero_trigger, query_scope, not_held,
+    #: implausible (rules/feedback.py)
+    ignored: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import regex
 
 from pfedma_flwr.protocol.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
+from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, original_span
 from pfedma_flwr.rules.safety import (
     MATCH_TIMEOUT_S,
     MAX_PATTERN_CHARS,
@@ -349,12 +350,20 @@ def find_spans(
             Span(s.start, s.end, s.entity_type) for s in pii_spans if s.entity_type in wanted
         )
     tag = placeholder_kind(rule)
+    # Patterns and literals see the normal form (NFKC, no invisible characters): a long s or
+    # a zero-width space must not hide a match; spans are mapped back to ``text``.
+    norm, starts = normalized_with_map(text) if rule.patterns or rule.literals else (text, ())
+
+    def span(a: int, b: int) -> Span:
+        s, e = original_span(starts, len(text), a, b)
+        return Span(s, e, tag)
+
     for p in rule.patterns:
         timeout = budget.timeout() if budget is not None else MATCH_TIMEOUT_S
         try:
             found.update(
-                Span(m.start(), m.end(), tag)
-                for m in compile_pattern(p).finditer(text, timeout=timeout)
+                span(m.start(), m.end())
+                for m in compile_pattern(p).finditer(norm, timeout=timeout)
                 if m.end() > m.start()
             )
         except TimeoutError:
@@ -366,7 +375,8 @@ def find_spans(
                 f"rule {rule.rule_id!r}: pattern timed out after {MATCH_TIMEOUT_S}s"
             ) from None
     for lit in rule.literals:
-        found.update(Span(m.start(), m.end(), tag) for m in literal_regex(lit).finditer(text))
+        found.update(span(m.start(), m.end())
+                     for m in literal_regex(normalize_text(lit)).finditer(norm))
     return sorted(found)
 
 

@@ -16,9 +16,13 @@ a small grammar before it is compiled (:func:`check_pattern`), so that what runs
   (``\w+\d``: a ``\d`` is a ``\w``) can be re-split at every length; the product of such repeat
   widths, alternation branches and optional groups (an upper bound on the ways one start
   position can be tried) must stay at or below :data:`MAX_PATHS`.
+- **Normal form.** Text is matched in NFKC form without invisible characters
+  (:mod:`~pfedma_flwr.rules.normalize`), so a pattern must be written in that form (a long s or
+  a zero-width space in a pattern is refused, ``unnormalized``).
 - **Not too broad.** A pattern that can match the empty string, or that matches anything in
-  :data:`PROBE_TEXT` (ordinary English, word problems, a clinical vignette, option lines, drug
-  names, plain numbers, whitespace-free tokens), would redact task content; it is rejected.
+  the probe corpus (:mod:`~pfedma_flwr.rules.probe`: a sample of every benchmark's task text
+  with option lines, numbers of every shape, bare answers, ``X_i``-shaped items, and
+  :data:`PROBE_TEXT`), would redact task content or answers; it is rejected.
 
 What remains runs under :class:`MatchBudget`: a per-match timeout and one deadline for all
 patterns of a message, so a pattern that is slow anyway costs a bounded, reported amount of time.
@@ -31,6 +35,9 @@ import time
 from dataclasses import dataclass, field
 
 import regex
+
+from pfedma_flwr.rules.normalize import is_normalized
+from pfedma_flwr.rules.probe import first_hit, probe_corpus
 
 MAX_PATTERN_CHARS = 500
 MAX_PATTERNS_PER_RULE = 8
@@ -312,19 +319,27 @@ def _chars_of(src: str, flags: int) -> frozenset[str]:
     return frozenset(c for c in _ALPHABET if compiled.fullmatch(c))
 
 
-def _paths(seq: list[_Node], follow: frozenset[str]) -> int:
-    """Upper bound on the ways a start position can be tried (see the module docstring)."""
+def _paths(seq: list[_Node], follow: frozenset[str], tail: bool = False) -> int:
+    r"""Upper bound on the ways a start position can be tried (see the module docstring).
+
+    A variable repeat multiplies the bound when its characters can also start what follows
+    (it can be re-split), and also, once an earlier choice exists, whenever anything after it
+    can still fail (``tail``: something follows the sequence): each earlier choice then
+    retries each of its lengths (``\w+\w+\s{4}`` took 1.6 s on 10,000 letters).
+    """
     total = 1
     for k, n in enumerate(seq):
         after = _seq_first(seq[k + 1 :])
         if _seq_nullable(seq[k + 1 :]):
             after |= follow
-        if n.kind == "char" and n.hi > n.lo and n.chars & after:
+        can_fail_after = tail or k + 1 < len(seq)
+        if n.kind == "char" and n.hi > n.lo and (n.chars & after
+                                                 or (total > 1 and can_fail_after)):
             total *= n.hi - n.lo + 1
         elif n.kind == "group":
             total *= len(n.branches) * (2 if n.lo == 0 else 1)
             for b in n.branches:
-                total *= _paths(b, after)
+                total *= _paths(b, after, can_fail_after)
         if total > MAX_PATHS:
             return total
     return total
@@ -342,14 +357,19 @@ class CheckedPattern:
 def check_pattern(pattern: str) -> CheckedPattern:
     """Parse, bound and probe a rule pattern; raise :class:`UnsafePatternError` with a code.
 
-    Codes: ``empty``, ``too_long``, ``syntax``, ``unsupported``, ``quantified_group``,
-    ``repeat_too_large``, ``ambiguous``, ``matches_empty``, ``too_broad``, ``slow``.
+    Codes: ``empty``, ``too_long``, ``unnormalized``, ``syntax``, ``unsupported``,
+    ``quantified_group``, ``repeat_too_large``, ``ambiguous``, ``matches_empty``,
+    ``too_broad`` (it alters the probe corpus of :mod:`~pfedma_flwr.rules.probe`), ``slow``.
     """
     if not isinstance(pattern, str) or not pattern:
         raise UnsafePatternError("empty", str(pattern), "rule pattern must not be empty")
     if len(pattern) > MAX_PATTERN_CHARS:
         raise UnsafePatternError("too_long", pattern,
                                  f"{len(pattern)} chars exceeds {MAX_PATTERN_CHARS}")
+    if not is_normalized(pattern):
+        raise UnsafePatternError("unnormalized", pattern,
+                                 "write the pattern in NFKC form without invisible characters "
+                                 "(text is matched in that form)")
     flags, body = 0, pattern
     if pattern.startswith("(?i)"):
         flags, body = regex.IGNORECASE, pattern[4:]
@@ -372,12 +392,12 @@ def check_pattern(pattern: str) -> CheckedPattern:
     except regex.error as e:  # the grammar admitted something the engine does not
         raise UnsafePatternError("syntax", pattern, str(e)) from None
     try:
-        hit = compiled.search(PROBE_TEXT, timeout=MATCH_TIMEOUT_S)
+        hit = first_hit(compiled, probe_corpus().texts(), per_match_s=MATCH_TIMEOUT_S)
     except TimeoutError:
         raise UnsafePatternError("slow", pattern, "timed out on ordinary text") from None
     if hit is not None:
         raise UnsafePatternError(
             "too_broad", pattern,
-            f"matches ordinary task text ({hit.group(0)[:30]!r}); a privacy pattern must not "
-            "fire on plain words, numbers, option lines or drug names")
+            f"matches ordinary task text ({hit[:30]!r}); a privacy pattern must not fire on "
+            "task text, numbers, option lines or bare answers")
     return CheckedPattern(source=source, compiled=compiled)

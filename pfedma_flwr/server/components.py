@@ -58,7 +58,9 @@ def build_global_rules(cfg: PFedMAConfig, embedder: Embedder,
     """
     ru = cfg.rules
     repo = GlobalRuleRepository(embedder=embedder, sim_threshold=ru.sim_threshold,
-                                id_prefix=new_id_prefix(), twins=ru.query_twins)
+                                id_prefix=new_id_prefix(), twins=ru.query_twins,
+                                min_support_clients=ru.min_support_clients,
+                                min_support_share=ru.min_support_share)
     if (mode or ru.mode) != "NR":
         repo.seed(initial_global_rules(ru.global_policy))
     return repo

@@ -98,6 +98,8 @@ class CollaborationEngine:
         self._rng = np.random.default_rng(settings.seed)
         self._n_tasks = len(tasks)
         self.last_round_record: dict[str, Any] = {}
+        # query rules P_in applied while planning this round (rule id -> queries)
+        self._query_fired: dict[str, int] = {}
         # answers / answers_failed / generation_failed / failed_by_client: every answer asked
         # of an agent and the reason code of each that failed (summary "generation", status)
         self.totals: dict[str, Any] = {
@@ -142,6 +144,7 @@ class CollaborationEngine:
     def register_clients(self, descriptions: Mapping[str, ClientDescription]) -> None:
         """Record each client's public profile (the profile part of its routing state M_i)."""
         self.clients = dict(sorted(descriptions.items()))
+        self.rules.population = len(self.clients)
         ids = list(self.clients)
         embs = self.embedder.encode([self.clients[c].description for c in ids])
         self._profile_emb = {c: embs[k] for k, c in enumerate(ids)}
@@ -180,6 +183,8 @@ class CollaborationEngine:
                 break
             self._route(todo, global_rules, per_client)
         snapshot = tuple(self.rules.snapshot()) if s.rule_mode in REDISTRIBUTE_MODES else ()
+        for c in per_client:  # the rules each client holds: only those it may rate
+            self.rules.note_sent(c, [r.rule_id for r in snapshot])
         return {
             c: RespondInstruction(server_round=server_round, queries=tuple(qs),
                                   global_rules=snapshot)
@@ -259,6 +264,8 @@ class CollaborationEngine:
                                                   quarantine=self.rules)
                 fired = [*fired, *fired_ref]
             q.query_rules_fired += len(fired)
+            for rid in fired:  # the server's own feedback on its query rules (issue 30)
+                self._query_fired[rid] = self._query_fired.get(rid, 0) + 1
             rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
                              refinement=ref, answer_kind=q.task.answer_kind)
             view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, lambda t: (
@@ -348,7 +355,8 @@ class CollaborationEngine:
         rules_log = evolve_global_rules(
             mode=s.rule_mode, rules=self.rules, server_round=server_round, replies=replies,
             client_ok=client_ok, embedder=self.embedder, sim_threshold=s.sim_threshold,
-            rng=self._rng)
+            rng=self._rng, recognizer=self.recognizer, query_fired=self._query_fired)
+        self._query_fired = {}
         self.last_round_record = round_record(
             server_round, query_logs, groups, results, replies, failures, rejected, rules_log,
             num_global=len(self.rules), num_finished=len(self.finished))
