@@ -174,7 +174,6 @@ class ClientAgent:
 
     def respond(self, ins: RespondInstruction, state: AgentState) -> ClientReply:
         """Answer every routed query of ``ins`` in one batched generation (DESIGN §1 step 3)."""
-        state.rules.begin_message()  # one pattern-matching time budget per message
         adapt = state.rules.adapt(list(ins.global_rules), state.experience, self.embedder,
                                   sim_threshold=self.sim_threshold, phi_default=self.phi_default,
                                   recognizer=self.recognizer)
@@ -218,6 +217,9 @@ class ClientAgent:
                                       seed=self._seed(ins.server_round) ^ 1)
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
+        # the matching budget of P_resp starts here, after generation (issue 30: a 1.2 s
+        # generation spent the 1 s budget started before it, and no pattern rule ever fired)
+        state.rules.begin_message()
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):

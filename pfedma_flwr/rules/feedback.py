@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pfedma_flwr.protocol.schema import RuleFeedback
 from pfedma_flwr.rules.promotion import feedback_score
@@ -116,4 +117,63 @@ def credible(raters: Collection[str], holders: Collection[str], *, min_clients: 
     return len(clients) >= need
 
 
-__all__ = ["SERVER_RATER", "FeedbackTally", "client_scores", "credible", "server_scores"]
+class Electorate:
+    """Who was sent each global rule (its holders) and whose ratings counted (its raters).
+
+    Server-side bookkeeping of :class:`~pfedma_flwr.rules.global_repo.GlobalRuleRepository`
+    (module docstring). ``population`` is the federation's size (the engine sets it).
+    """
+
+    def __init__(self, *, min_clients: int = 2, min_share: float = 0.5) -> None:
+        if not isinstance(min_clients, int) or min_clients < 1:
+            raise ValueError(f"min_support_clients must be an int >= 1, got {min_clients!r}")
+        if not 0.0 <= min_share <= 1.0:
+            raise ValueError(f"min_support_share must be in [0, 1], got {min_share!r}")
+        self.min_clients, self.min_share = min_clients, min_share
+        self.population = 0
+        self.holders: dict[str, set[str]] = {}
+        self.raters: dict[str, set[str]] = {}
+
+    def note_sent(self, client: str, rule_ids: Sequence[str]) -> None:
+        """Record that ``client`` was sent ``rule_ids`` (it holds them: it may rate them)."""
+        for rid in rule_ids:
+            self.holders.setdefault(rid, set()).add(client)
+
+    def holds(self, client: str, rule_id: str) -> bool:
+        """Whether ``rule_id`` was sent to ``client``."""
+        return client in self.holders.get(rule_id, ())
+
+    def rated(self, rule_id: str, raters: Collection[str]) -> None:
+        """Record whose scores moved ``rule_id``'s H."""
+        self.raters.setdefault(rule_id, set()).update(raters)
+
+    def merge(self, old: str, into: str) -> None:
+        """``old`` merged into ``into``: its holders and raters are ``into``'s now."""
+        for book in (self.holders, self.raters):
+            book.setdefault(into, set()).update(book.pop(old, set()))
+
+    def credible(self, rule_id: str) -> bool:
+        """Whether ``rule_id``'s H may rank it in Resolve (:func:`credible`)."""
+        return credible(self.raters.get(rule_id, ()), self.holders.get(rule_id, ()),
+                        min_clients=self.min_clients, min_share=self.min_share,
+                        population=self.population)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (checkpoints)."""
+        return {"min_clients": self.min_clients, "min_share": self.min_share,
+                "population": self.population,
+                "holders": {k: sorted(v) for k, v in self.holders.items()},
+                "raters": {k: sorted(v) for k, v in self.raters.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Electorate:
+        """Inverse of :meth:`to_dict` (``TypeError``/``ValueError`` on a malformed payload)."""
+        out = cls(min_clients=int(d["min_clients"]), min_share=float(d["min_share"]))
+        out.population = int(d.get("population", 0))
+        out.holders = {str(k): {str(c) for c in v} for k, v in dict(d["holders"]).items()}
+        out.raters = {str(k): {str(c) for c in v} for k, v in dict(d["raters"]).items()}
+        return out
+
+
+__all__ = ["SERVER_RATER", "Electorate", "FeedbackTally", "client_scores", "credible",
+           "server_scores"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleFeedback
-from pfedma_flwr.rules.feedback import SERVER_RATER, client_scores, credible, server_scores
+from pfedma_flwr.rules.feedback import SERVER_RATER, Electorate, client_scores, server_scores
 from pfedma_flwr.rules.global_update import (
     FeedbackReport,
     UpdateReport,
@@ -113,12 +113,9 @@ class GlobalRuleRepository:
         for name, v in caps.items():
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if not isinstance(min_support_clients, int) or min_support_clients < 1:
-            raise ValueError(f"min_support_clients must be an int >= 1, got "
-                             f"{min_support_clients!r}")
-        if not 0.0 <= min_support_share <= 1.0:
-            raise ValueError(f"min_support_share must be in [0, 1], got {min_support_share!r}")
-        self.min_support_clients, self.min_support_share = min_support_clients, min_support_share
+        #: holders and raters of each rule (who may rate it, whose ratings may rank it)
+        self.electorate = Electorate(min_clients=min_support_clients,
+                                     min_share=min_support_share)
         self.embedder = embedder
         self.sim_threshold = float(sim_threshold)
         self.id_prefix = id_prefix
@@ -130,11 +127,6 @@ class GlobalRuleRepository:
         self._emb = np.zeros((0, embedder.dim), dtype=np.float32)
         self._aliases: dict[str, str] = {}  # merged-away id -> surviving id
         self._quarantined: dict[str, str] = {}  # rule id -> reason code
-        self._holders: dict[str, set[str]] = {}  # rule id -> clients it was sent to
-        self._raters: dict[str, set[str]] = {}  # rule id -> clients (or the server) it counted
-        #: clients of the federation (the engine sets it): a share of raters is taken of at
-        #: least this many, so the first holders of a rule are not its whole electorate
-        self.population = 0
         self._next_id = 0
         self.last_pool_similarity = SimilarityStats(n=0)
 
@@ -193,21 +185,6 @@ class GlobalRuleRepository:
 
     # ------------------------------------------------------------------ feedback (§3.3–3.4)
 
-    def note_sent(self, client: str, rule_ids: Sequence[str]) -> None:
-        """Record that ``client`` was sent ``rule_ids`` (it holds them: it may rate them)."""
-        for rid in rule_ids:
-            self._holders.setdefault(rid, set()).add(client)
-
-    def holds(self, client: str, rule_id: str) -> bool:
-        """Whether ``rule_id`` was sent to ``client``."""
-        return client in self._holders.get(rule_id, ())
-
-    def is_credible(self, rule_id: str) -> bool:
-        """Whether ``rule_id``'s H may rank it in Resolve (:func:`~.feedback.credible`)."""
-        return credible(self._raters.get(rule_id, ()), self._holders.get(rule_id, ()),
-                        min_clients=self.min_support_clients, min_share=self.min_support_share,
-                        population=self.population)
-
     def apply_feedback(
         self, feedback_by_client: Mapping[str, Sequence[RuleFeedback]], *,
         check_held: bool = False, max_triggers: Mapping[str, int] | None = None,
@@ -227,7 +204,7 @@ class GlobalRuleRepository:
             resolve_id=lambda rid: (lambda a: a if a in index else None)(
                 self._aliases.get(rid, rid)),
             scope_of=lambda rid: self._rules[index[rid]].scope,
-            held=self.holds if check_held else None, max_triggers=max_triggers)
+            held=self.electorate.holds if check_held else None, max_triggers=max_triggers)
         for rid, scored in tally.scores.items():
             self._score(index[rid], [s for _, s in scored], [c for c, _ in scored])
         if tally.unknown:
@@ -255,7 +232,7 @@ class GlobalRuleRepository:
         rule = self._rules[k]
         h, n = update_h_score(rule.h_score, rule.n_evals, scores)
         self._rules[k] = dataclasses.replace(rule, h_score=h, n_evals=n)
-        self._raters.setdefault(rule.rule_id, set()).update(raters)
+        self.electorate.rated(rule.rule_id, raters)
 
     # ------------------------------------------------------------------ promotion + Resolve
 
@@ -279,8 +256,8 @@ class GlobalRuleRepository:
         zeta = supporters / max(1, len(set(pool.owners)) - 1)
         chosen, refused = admit(
             promote_supported(zeta, supporters, len(set(pool.owners)),
-                              min_clients=self.min_support_clients,
-                              min_share=self.min_support_share),
+                              min_clients=self.electorate.min_clients,
+                              min_share=self.electorate.min_share),
             pool, {(text_key(r.text), spec_key(r)) for r in self._rules},
             room=self.max_rules - len(self._rules), per_round=self.max_promotions_per_round,
             per_client=self.max_promotions_per_client)
@@ -304,7 +281,7 @@ class GlobalRuleRepository:
         ]
         # Promotion (L2G) and feedback (full: adopted rules leave nothing uncovered to upload)
         # both show a response rule holds across clients; P_in then gets its twin.
-        trusted = [r for r in self._rules if self.is_credible(r.rule_id)]
+        trusted = [r for r in self._rules if self.electorate.credible(r.rule_id)]
         twins = new_twins(new_rules + confirmed(trusted), self._rules) if self.twins else []
         rows = self._rules + new_rules + twins
         emb = np.vstack([self._emb, pool_emb[chosen]]) if chosen else self._emb
@@ -318,7 +295,8 @@ class GlobalRuleRepository:
             [r.n_evals for r in rows],
             threshold=self.sim_threshold,
             groups=[r.scope for r in rows],
-            credible=[self.is_credible(r.rule_id) if r.rule_id else False for r in rows],
+            credible=[self.electorate.credible(r.rule_id) if r.rule_id else False
+                      for r in rows],
         )
 
         was_active = {r.rule_id for r in self._rules if r.active}
@@ -345,8 +323,7 @@ class GlobalRuleRepository:
             if res.rep[i] != i:
                 into = rows[int(res.rep[i])].rule_id
                 self._aliases[rows[i].rule_id] = into
-                for book in (self._holders, self._raters):
-                    book.setdefault(into, set()).update(book.pop(rows[i].rule_id, set()))
+                self.electorate.merge(rows[i].rule_id, into)
         self._aliases = {a: self._aliases.get(b, b) for a, b in self._aliases.items()}
         self._rules = kept
         self._emb = emb[res.representatives]
@@ -405,11 +382,8 @@ class GlobalRuleRepository:
             "aliases": dict(self._aliases),
             "caps": {"max_promotions_per_round": self.max_promotions_per_round,
                      "max_promotions_per_client": self.max_promotions_per_client,
-                     "max_rules": self.max_rules, "snapshot_size": self.snapshot_size,
-                     "min_support_clients": self.min_support_clients},
-            "min_support_share": self.min_support_share,
-            "holders": {k: sorted(v) for k, v in self._holders.items()},
-            "raters": {k: sorted(v) for k, v in self._raters.items()},
+                     "max_rules": self.max_rules, "snapshot_size": self.snapshot_size},
+            "electorate": self.electorate.to_dict(),
             "quarantined": dict(self._quarantined),
             "twins": self.twins,
             "rules": [r.to_dict() for r in self._rules],
@@ -431,11 +405,9 @@ class GlobalRuleRepository:
         try:
             caps = {str(k): int(v) for k, v in dict(d.get("caps", {})).items()}
             repo = cls(embedder=embedder, sim_threshold=float(d["sim_threshold"]),
-                       id_prefix=d["id_prefix"], twins=bool(d.get("twins", False)),
-                       min_support_share=float(d.get("min_support_share", 0.5)), **caps)
-            for name in ("holders", "raters"):
-                setattr(repo, f"_{name}", {str(k): {str(c) for c in v}
-                                           for k, v in dict(d.get(name, {})).items()})
+                       id_prefix=d["id_prefix"], twins=bool(d.get("twins", False)), **caps)
+            if "electorate" in d:  # a checkpoint of an older version has none
+                repo.electorate = Electorate.from_dict(d["electorate"])
             repo._next_id = int(d["next_id"])
             repo._aliases = {str(a): str(b) for a, b in dict(d["aliases"]).items()}
             repo._quarantined = {str(a): str(b)[:40]

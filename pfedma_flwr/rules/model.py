@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -333,7 +334,8 @@ def find_spans(
     Raises
     ------
     PatternTimeoutError
-        A pattern ran past :data:`MATCH_TIMEOUT_S` (the rule is at fault).
+        A pattern ran past :data:`MATCH_TIMEOUT_S`, or the rule spent its own share of
+        ``budget`` (the rule is at fault: its owner quarantines it).
     BudgetExhaustedError
         The message's budget ran out before or during this rule's patterns.
     """
@@ -359,21 +361,27 @@ def find_spans(
         return Span(s, e, tag)
 
     for p in rule.patterns:
-        timeout = budget.timeout() if budget is not None else MATCH_TIMEOUT_S
+        compiled = compile_pattern(p)  # checked once per process (cached), never timed here
+        timeout, shared = budget.bound(rule.rule_id) if budget is not None else \
+            (MATCH_TIMEOUT_S, False)
+        t0 = time.perf_counter()
         try:
             found.update(
                 span(m.start(), m.end())
-                for m in compile_pattern(p).finditer(norm, timeout=timeout)
+                for m in compiled.finditer(norm, timeout=timeout)
                 if m.end() > m.start()
             )
         except TimeoutError:
-            if timeout < MATCH_TIMEOUT_S:
+            if shared:
                 # Cut short by the message's deadline, not by its own cost.
                 raise BudgetExhaustedError(
                     f"rule {rule.rule_id!r}: message matching budget exhausted") from None
             raise PatternTimeoutError(
-                f"rule {rule.rule_id!r}: pattern timed out after {MATCH_TIMEOUT_S}s"
+                f"rule {rule.rule_id!r}: pattern timed out after {timeout:.3g}s (its own cost)"
             ) from None
+        finally:
+            if budget is not None:
+                budget.charge(rule.rule_id, time.perf_counter() - t0)
     for lit in rule.literals:
         found.update(span(m.start(), m.end())
                      for m in literal_regex(normalize_text(lit)).finditer(norm))

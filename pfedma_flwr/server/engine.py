@@ -144,7 +144,7 @@ class CollaborationEngine:
     def register_clients(self, descriptions: Mapping[str, ClientDescription]) -> None:
         """Record each client's public profile (the profile part of its routing state M_i)."""
         self.clients = dict(sorted(descriptions.items()))
-        self.rules.population = len(self.clients)
+        self.rules.electorate.population = len(self.clients)
         ids = list(self.clients)
         embs = self.embedder.encode([self.clients[c].description for c in ids])
         self._profile_emb = {c: embs[k] for k, c in enumerate(ids)}
@@ -184,7 +184,7 @@ class CollaborationEngine:
             self._route(todo, global_rules, per_client)
         snapshot = tuple(self.rules.snapshot()) if s.rule_mode in REDISTRIBUTE_MODES else ()
         for c in per_client:  # the rules each client holds: only those it may rate
-            self.rules.note_sent(c, [r.rule_id for r in snapshot])
+            self.rules.electorate.note_sent(c, [r.rule_id for r in snapshot])
         return {
             c: RespondInstruction(server_round=server_round, queries=tuple(qs),
                                   global_rules=snapshot)
@@ -307,6 +307,7 @@ class CollaborationEngine:
             options=[q.task.options or None for q in in_flight],
             prior=[[h.response.final_answer for h in q.history
                     if h.retained and h.response is not None] for q in in_flight],
+            queries=[q.task.question for q in in_flight],
         )
         # (client, domain) -> quality signals and retention flags of this Flower round
         round_q: dict[tuple[str, str], list[float]] = {}

@@ -11,6 +11,7 @@ from pfedma_flwr.anomaly.scores import (
     anomaly_score,
     answer_similarity_matrix,
     consensus_anomalies,
+    consensus_floor,
     evaluate_batch,
     evaluate_responses,
     evidence_anomaly,
@@ -77,6 +78,30 @@ class FakeJudge:
 )
 def test_anomaly_score_table(a_int, a_evi, a_con, lam, alpha, expected):
     assert anomaly_score(a_int, a_evi, a_con, lam, alpha) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("a_int", "a_evi", "a_con", "ablation", "expected"),
+    [
+        # issue 30: clean intent and evidence, the others agree and this answer does not:
+        # the seed's .3·1 = .3 kept it; the floor (1 − J)·a_con = 1 filters it
+        (0.0, 0.0, 1.0, "none", 1.0),
+        # J = .3·.2 + .7·.1 = .13 → seed .7·.13 + .3·.8 = .331 < floor .87·.8 = .696
+        (0.2, 0.0, 0.8, "none", 0.696),
+        # J dominates: .472 (J = .46, floor .54·.5 = .27) unchanged
+        (0.2, 0.6, 0.5, "none", 0.472),
+        # -evidence: J = a_int = .2 → .29 < floor .8·.5 = .4
+        (0.2, 0.6, 0.5, "-evidence", 0.4),
+        # -intent: J = a_evi = .6 → .57 > floor .4·.5 = .2
+        (0.2, 0.6, 0.5, "-intent", 0.57),
+        # no consensus term: no floor
+        (0.0, 0.0, 1.0, "-consensus", 0.0),
+    ],
+)
+def test_consensus_floor(a_int, a_evi, a_con, ablation, expected):
+    got = ablated_anomaly_score(a_int, a_evi, a_con, ablation=ablation, floor=True)
+    assert got == pytest.approx(expected)
+    assert consensus_floor(0.3, 0.0, 1.0) == 1.0 and consensus_floor(0.9, 0.5, 1.0) == 0.9
 
 
 def test_anomaly_score_defaults_are_the_seed_values():
