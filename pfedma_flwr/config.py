@@ -238,6 +238,8 @@ class ProtocolConfig:
     max_id_chars: int = 128
     # JSON nesting of a message (a valid one nests 7 deep)
     max_depth: int = 16
+    # self-reported tokens per answer (cost columns are client-reported; issue 30)
+    max_answer_tokens: int = 65_536
 
     def limits(self) -> Limits:
         """The validation caps of the wire (:mod:`pfedma_flwr.protocol`)."""

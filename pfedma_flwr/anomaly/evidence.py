@@ -8,6 +8,8 @@ accuracy from 0.85 to 0.30 (0.40 in ``bench/bench_steering.py``). So:
 - **no self-support**: an evidence item whose words are all words of its claim restates the
   claim and is dropped before any judge sees it (:func:`independent_evidence`); a claim left
   without evidence has support 0;
+- **its own answer**: claims that state a different answer than the final one (a number or
+  option task) do not support it: the evidence term is 1 (:func:`states_answer`);
 - **grounding**: evidence is also checked against references outside the response, namely
   the query's own text and the other clients' claims and evidence for the same query, never
   the response's own text (:func:`references`). The embedding judge counts an evidence item
@@ -20,9 +22,10 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pfedma_flwr.answers import Options, answers_equal, canonical_answer
 from pfedma_flwr.protocol.schema import StructuredResponse
 from pfedma_flwr.rules.normalize import text_key
 
@@ -80,4 +83,31 @@ def claim_supports(judge: Any, responses: Sequence[StructuredResponse],
     return list(supports)
 
 
-__all__ = ["MAX_REFERENCES", "claim_supports", "independent_evidence", "references"]
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def states_answer(r: StructuredResponse, kind: str, options: Options = None) -> bool:
+    """Whether the response's own claims or evidence state its final answer.
+
+    For numbers, some number of the texts equals the answer; for options, the letter stands
+    alone or the option's text appears. Other kinds (math, free text), and a response
+    without claims, are not checked (``True``). Issue 30: an unreliable client kept its honest
+    reasoning and changed only the final answer; nothing else in ``A`` saw it.
+    """
+    texts = _texts(r)
+    if not texts or kind not in ("number", "option") or not r.final_answer.strip():
+        return True
+    joined = "\n".join(texts)
+    if kind == "number":
+        return any(answers_equal(m.group(0), r.final_answer, kind)
+                   for m in _NUMBER.finditer(joined))
+    letter = canonical_answer(r.final_answer, kind, options=options)
+    if re.search(rf"(?<![A-Za-z]){re.escape(letter)}(?![A-Za-z])", joined):
+        return True
+    opts = dict(options) if isinstance(options, Mapping) else {}
+    text = str(opts.get(letter, "")).strip().casefold()
+    return bool(text) and text in joined.casefold()
+
+
+__all__ = ["MAX_REFERENCES", "claim_supports", "independent_evidence", "references",
+           "states_answer"]

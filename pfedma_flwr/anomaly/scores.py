@@ -31,7 +31,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from pfedma_flwr.anomaly.evidence import claim_supports, references
+from pfedma_flwr.anomaly.evidence import claim_supports, references, states_answer
 from pfedma_flwr.anomaly.judges import Judge
 from pfedma_flwr.answers import Options, answers_equal
 from pfedma_flwr.embeddings import Embedder, cosine_matrix
@@ -331,7 +331,8 @@ def evaluate_batch(
         supports = claim_supports(judge, responses, references(groups, queries))
         a_evi = [
             evidence_anomaly(_judge_values(sup, len(r.claims), "support", bad=0.0))
-            for sup, r in zip(supports, responses, strict=True)
+            if states_answer(r, kinds[g], options[g] if options is not None else None) else 1.0
+            for sup, r, (g, _, _) in zip(supports, responses, parsed, strict=True)
         ]
 
     a_con: dict[tuple[int, int], float] = {}

@@ -223,12 +223,14 @@ class ClientAgent:
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
-            tokens = gen.tokens + repaired.get(k, 0) + fallback.get(k, 0)
+            # the protocol's cap on a self-reported count (the server rejects more)
+            tokens = min(gen.tokens + repaired.get(k, 0) + fallback.get(k, 0),
+                         self.limits.max_answer_tokens)
             if gen.error:
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("backend",
                                                                     gen.code or gen.error),
-                                                   tokens=tokens))
+                                                   tokens=tokens, round=q.round))
                 continue
             if reasoning and not _is_json(texts[k]):
                 der = derive_response(texts[k], question=q.text, answer_kind=q.answer_kind,
@@ -241,7 +243,7 @@ class ClientAgent:
                 cut = "_truncated" if gen.finish_reason == "length" else ""
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("parse" + cut, why),
-                                                   tokens=tokens))
+                                                   tokens=tokens, round=q.round))
                 continue
             for hook in self.hooks:
                 raw = hook.response(q.query_id, raw, q.answer_kind, q.text)
@@ -252,7 +254,7 @@ class ClientAgent:
                 candidates.setdefault((c.text, c.action), c)
             processed, refused = result.response, result.refused
             responses.append(ProcessedResponse(q.query_id, processed, refused=refused,
-                                               tokens=tokens))
+                                               tokens=tokens, round=q.round))
             # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
@@ -265,7 +267,7 @@ class ClientAgent:
             responses=tuple(responses), candidates=tuple(candidates.values()),
             feedback=tuple(state.rules.round_feedback()),
             backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0),
-            tokens=sum(g.tokens for g in gens) + sum(repaired.values()) + sum(fallback.values()),
+            tokens=sum(r.tokens for r in responses),
             gen_seconds=gen_seconds,
         ))
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleFeedback
+from pfedma_flwr.protocol.validation import short_id
 from pfedma_flwr.rules.feedback import SERVER_RATER, Electorate, client_scores, server_scores
 from pfedma_flwr.rules.global_update import (
     FeedbackReport,
@@ -214,7 +215,9 @@ class GlobalRuleRepository:
             n_rows=tally.n_rows,
             n_scores=sum(len(s) for s in tally.scores.values()),
             updated=tuple(sorted(tally.scores)),
-            unknown=tuple(sorted(tally.unknown)),
+            # the round log lists a bounded excerpt of at most 16 (a client may send 512)
+            unknown=tuple(short_id(u) for u in sorted(tally.unknown)[:16]),
+            n_unknown=len(tally.unknown),
             ignored_zero=tally.ignored.get("zero_trigger", 0),
             ignored=dict(sorted(tally.ignored.items())),
         )

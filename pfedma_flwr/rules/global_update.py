@@ -47,6 +47,8 @@ class FeedbackReport:
     #: rows (or rule scores) not counted, per reason: zero_trigger, query_scope, not_held,
     #: implausible (rules/feedback.py)
     ignored: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: unknown ids in all (``unknown`` lists at most 16, as bounded excerpts)
+    n_unknown: int = 0
 
 
 @dataclass(frozen=True)

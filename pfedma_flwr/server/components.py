@@ -90,6 +90,7 @@ def build_engine(
         refine_style=r.refine_style, rule_mode=ru.mode,
         sim_threshold=ru.sim_threshold, seed=cfg.seed, prices=dict(r.prices),
         max_queries_per_client=cfg.protocol.max_items,
+        max_answer_tokens=cfg.protocol.max_answer_tokens,
     )
     parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
                              "settings": settings}

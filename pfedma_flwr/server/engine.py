@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggregate
+from pfedma_flwr.aggregation.public_state import public_state
 from pfedma_flwr.aggregation.refinement import REFINERS, Refiner
 from pfedma_flwr.anomaly.judges import Judge
 from pfedma_flwr.anomaly.scores import evaluate_batch, similarity_to
@@ -352,7 +353,7 @@ class CollaborationEngine:
         self.totals["failures"] += len(failures)
         self.totals.update(with_answer_failures(
             self.totals, {q.task.task_id: sorted(q.routed) for q in in_flight}, by_query, failures))
-        self.totals["rejected_items"] += len(rejected)
+        self.totals["rejected_items"] += sum(int(x.get("n", 1)) for x in rejected)
         rules_log = evolve_global_rules(
             mode=s.rule_mode, rules=self.rules, server_round=server_round, replies=replies,
             client_ok=client_ok, embedder=self.embedder, sim_threshold=s.sim_threshold,
@@ -399,8 +400,12 @@ class CollaborationEngine:
     # ------------------------------------------------------------------ finishing
 
     def _refinement(self, q: QueryState) -> str:
-        """The configured refiner's text for ``q.z``, checked: a plug-in returns a string."""
-        ref = self.refine(q.z)
+        """The configured refiner's text for ``q.z``, checked: a plug-in returns a string.
+
+        The refiner sees only the public form of ``z`` (canonical answers, bounded claims
+        without instructions; :func:`~pfedma_flwr.aggregation.public_state.public_state`).
+        """
+        ref = self.refine(public_state(q.z, q.task.answer_kind, options=q.task.options or None))
         if not isinstance(ref, str):
             name = getattr(self.refine, "__qualname__", type(self.refine).__name__)
             raise TypeError(f"refiner {name!r} returned "
@@ -476,5 +481,9 @@ class CollaborationEngine:
             "totals": {k: v for k, v in self.totals.items() if k != "failed_by_client"},
             "generation": generation_summary(self.totals, self.settings.max_failed_share),
             "wall_seconds": wall_seconds,
+            # tokens, backend calls and what they cost are the clients' own counts (bounded by
+            # protocol.max_answer_tokens per answer), not measured by the server (issue 30)
+            "cost_basis": {"tokens": "client-reported", "backend_calls": "client-reported",
+                           "max_answer_tokens": self.settings.max_answer_tokens},
         }
         return {**out, "status": run_status(out)}
