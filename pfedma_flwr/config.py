@@ -252,7 +252,8 @@ class AdversaryConfig:
 
     # rho_adv: per query, round(rho * N) of the N clients are malicious (0 = no adversary)
     ratio: float = 0.0
-    # injection (context-ignoring prompt injection, ASB) | unreliable (confident wrong answer)
+    # injection (context-ignoring prompt injection, ASB) | unreliable (confident wrong answer) |
+    # collusion (the malicious clients' shared wrong answer, each claim its own evidence)
     kind: str = "injection"
     # ASB attacker instructions used for injection: all | aggressive | non_aggressive
     attacks: str = "all"

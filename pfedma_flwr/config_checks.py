@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
 PARTITIONS = ("iid", "dirichlet")
-ADVERSARY_KINDS = ("injection", "unreliable")
+ADVERSARY_KINDS = ("injection", "unreliable", "collusion")
 ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
 __all__ = ["ABLATIONS", "ADVERSARY_KINDS", "ATTACK_POOLS", "PARTITIONS", "REFINE_STYLES",
            "config_problems"]

@@ -18,7 +18,11 @@ knows nothing of attacks; the harness configures hooks (``adversary`` section) a
       context_ignoring_injection`) with one ASB attacker instruction chosen per query from the
       configured pool (:func:`choose_attack`; every malicious client of a query uses the same);
     - ``unreliable``: returns a wrong-but-confident answer (:func:`corrupt_answer`: a perturbed
-      number, another option letter, ...) with ``self_confidence = domain_fit = 1``.
+      number, another option letter, ...) with ``self_confidence = domain_fit = 1``;
+    - ``collusion`` (issue 30): the malicious clients of a query give the same wrong answer
+      (the corruption of an answer they share, as skilled colluders' own answers are) and
+      state it as a claim that is its own evidence, the form that zeroed ``a_evi`` before
+      (:func:`colluding_response`).
 """
 
 from __future__ import annotations
@@ -157,6 +161,15 @@ def unreliable_response(resp: StructuredResponse, answer_kind: str, query_text: 
                    domain_fit=1.0, self_confidence=1.0)
 
 
+def colluding_response(resp: StructuredResponse, answer_kind: str, query_text: str,
+                       query_id: str) -> StructuredResponse:
+    """A colluder's response: the corrupted answer, claimed with itself as evidence."""
+    wrong = corrupt_answer(resp.final_answer, answer_kind, query_text, query_id)
+    claim = f"The answer is {wrong}."
+    return replace(resp, final_answer=wrong, claims=(Claim(claim=claim, evidence=(claim,)),),
+                   domain_fit=1.0, self_confidence=1.0)
+
+
 @dataclass(frozen=True)
 class Adversary(AgentHook):
     """The client-side adversary hook of one client (partition ``partition_id`` of ``num_clients``).
@@ -168,7 +181,7 @@ class Adversary(AgentHook):
     ratio : float
         ``ρ_adv`` in ``[0, 1]``.
     kind : str
-        ``injection`` or ``unreliable``.
+        ``injection``, ``unreliable`` or ``collusion``.
     seed : int
         Seed of the malicious sets and attack choices.
     attacks : tuple[AsbAttack, ...]
@@ -215,7 +228,8 @@ class Adversary(AgentHook):
 
     def response(self, query_id: str, resp: StructuredResponse, answer_kind: str,
                  query_text: str) -> StructuredResponse:
-        """The response this client uploads: corrupted when ``unreliable`` and malicious."""
-        if self.kind != "unreliable" or not self.is_malicious(query_id):
+        """The response this client uploads: corrupted when ``unreliable`` or ``collusion``."""
+        if self.kind == "injection" or not self.is_malicious(query_id):
             return resp
-        return unreliable_response(resp, answer_kind, query_text, query_id)
+        corrupt = unreliable_response if self.kind == "unreliable" else colluding_response
+        return corrupt(resp, answer_kind, query_text, query_id)

@@ -159,6 +159,48 @@ def probe_corpus() -> ProbeCorpus:
     )
 
 
+#: The shape alphabet: a lowercase letter, an uppercase one, a digit, and the other characters
+#: of ordinary text (what :func:`shape` keeps).
+SHAPE_SYMBOLS = "xX5 \n.,:;!?'\"()-/$%+=*&@#[]{}<>_~^|\\"
+
+
+def shape(text: str) -> str:
+    """``text`` with every lowercase (or uncased) letter ``x``, uppercase ``X``, digit ``5``."""
+    return "".join("5" if c.isdigit() else ("X" if c.isupper() else "x") if c.isalpha() else c
+                   for c in text)
+
+
+def _de_bruijn(alphabet: str, n: int) -> str:
+    """A cyclic sequence holding every length-``n`` string over ``alphabet`` once."""
+    k, a, out = len(alphabet), [0] * (len(alphabet) * n), []
+
+    def db(t: int, p: int) -> None:
+        if t > n:
+            if n % p == 0:
+                out.extend(a[1 : p + 1])
+            return
+        a[t] = a[t - p]
+        db(t + 1, p)
+        for j in range(a[t - p] + 1, k):
+            a[t] = j
+            db(t + 1, t)
+
+    db(1, 1)
+    seq = "".join(alphabet[i] for i in out)
+    return seq + seq[: n - 1]
+
+
+@functools.cache
+def shape_texts() -> tuple[str, ...]:
+    """The probe corpus in shape space, then every 3-symbol string of shapes.
+
+    A pattern whose letters and digits are widened to their classes (``safety``) and that
+    matches here matches text of the same shape: task text the sample does not hold.
+    """
+    corpus = probe_corpus()
+    return (_de_bruijn(SHAPE_SYMBOLS, 3), *dict.fromkeys(shape(t) for t in corpus.texts()))
+
+
 def first_hit(compiled: regex.Pattern[str], texts: Iterable[str], *,
               budget_s: float = PROBE_BUDGET_S, per_match_s: float = 0.05) -> str | None:
     """The first text fragment ``compiled`` matches (non-empty), else ``None``.
@@ -225,6 +267,6 @@ def entity_problem(entity_types: Sequence[str], scope: str,
     return ""
 
 
-__all__ = ["ENTITY_PROBE_TEXTS", "PRIVACY_BENCHMARKS", "PROBE_TASKS", "ProbeCorpus",
-           "bare_answers", "entity_problem", "first_hit", "numbers", "probe_corpus",
-           "task_sample", "xi_item"]
+__all__ = ["ENTITY_PROBE_TEXTS", "PRIVACY_BENCHMARKS", "PROBE_TASKS", "SHAPE_SYMBOLS",
+           "ProbeCorpus", "bare_answers", "entity_problem", "first_hit", "numbers", "probe_corpus",
+           "shape", "shape_texts", "task_sample", "xi_item"]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import regex
 
 from pfedma_flwr.rules.normalize import is_normalized
-from pfedma_flwr.rules.probe import first_hit, probe_corpus
+from pfedma_flwr.rules.probe import first_hit, probe_corpus, shape_texts
 
 MAX_PATTERN_CHARS = 500
 MAX_PATTERNS_PER_RULE = 8
@@ -335,6 +335,32 @@ def _render(n: _Node) -> str:
     return n.src + (f"{{{n.lo}}}" if n.lo == n.hi else f"{{{n.lo},{n.hi}}}")
 
 
+_LOWER = frozenset(c for c in _ALPHABET if c.isalpha() and not c.isupper())
+_UPPER = frozenset(c for c in _ALPHABET if c.isupper())
+_DIGITS = frozenset(c for c in _ALPHABET if c.isdigit())
+_BROAD = frozenset({".", r"\w", r"\W", r"\S", r"\D", r"\s", r"\d"})
+
+
+def _widen(n: _Node) -> str:
+    """``n`` rendered with each letter and digit widened to its whole class (probing only).
+
+    ``MRN`` becomes ``[A-ZM][A-ZR][A-ZN]``: a pattern must not match text of the same shape
+    as task text either, so a word that happens to be absent from the probe sample (``:s`` of
+    ``std::string``) does not make a pattern safe.
+    """
+    if n.kind == "anchor":
+        return n.src
+    if n.kind == "group":
+        body = "(?:" + "|".join("".join(_widen(c) for c in b) for b in n.branches) + ")"
+        return _render(_Node("group", body, lo=n.lo, hi=n.hi))
+    adds = "".join(r for cls, r in ((_LOWER, "a-z"), (_UPPER, "A-Z"), (_DIGITS, "0-9"))
+                   if n.chars & cls)
+    src = n.src
+    if adds and src not in _BROAD and not src.startswith("[^"):
+        src = "[" + adds + src[1:] if src.startswith("[") else f"[{adds}{src}]"
+    return _render(_Node("char", src, n.chars, lo=n.lo, hi=n.hi))
+
+
 @functools.lru_cache(maxsize=4096)
 def _chars_of(src: str, flags: int) -> frozenset[str]:
     try:
@@ -416,13 +442,21 @@ def check_pattern(pattern: str) -> CheckedPattern:
         compiled = regex.compile(source, flags | regex.VERSION0)
     except regex.error as e:  # the grammar admitted something the engine does not
         raise UnsafePatternError("syntax", pattern, str(e)) from None
+    # probed by shape: letters and digits widened to their classes, on the corpus and on its
+    # shapes (every letter x/X, digit 5) plus every 3-symbol shape string
+    wide = "|".join("".join(_widen(n) for n in b) for b in branches)
     try:
-        hit = first_hit(compiled, probe_corpus().texts(), per_match_s=MATCH_TIMEOUT_S)
+        wide_re = regex.compile(wide, flags | regex.VERSION0)
+        hit = first_hit(wide_re, (*probe_corpus().texts(), *shape_texts()),
+                        per_match_s=MATCH_TIMEOUT_S)
     except TimeoutError:
         raise UnsafePatternError("slow", pattern, "timed out on ordinary text") from None
+    except regex.error as e:
+        raise UnsafePatternError("syntax", pattern, str(e)) from None
     if hit is not None:
         raise UnsafePatternError(
             "too_broad", pattern,
-            f"matches ordinary task text ({hit[:30]!r}); a privacy pattern must not fire on "
-            "task text, numbers, option lines or bare answers")
+            f"matches the shape of ordinary task text ({hit[:30]!r}); a privacy pattern must "
+            "not fire on task text, numbers, option lines or bare answers, nor on text of their "
+            "shape (letters and digits count as their classes)")
     return CheckedPattern(source=source, compiled=compiled)

@@ -66,6 +66,10 @@ class Replay:
     rejected: int
     rounds_bytes: int
     tokens_per_query: float
+    #: failure reasons and rejection reasons seen, unsafe candidates counted per client
+    failures: set[str] = field(default_factory=set)
+    rejected_reasons: set[str] = field(default_factory=set)
+    unsafe_by_client: dict[str, int] = field(default_factory=dict)
     summary: dict[str, Any] = field(repr=False, default_factory=dict)
     rounds: list[dict[str, Any]] = field(repr=False, default_factory=list)
 
@@ -216,6 +220,17 @@ def entity_numbers() -> Edit:
     return edit
 
 
+def safe_singleton() -> Edit:
+    """Variant: one client's benign rule (an entity type no task holds) every round."""
+
+    def edit(d: dict[str, Any], ins: RespondInstruction, node: int) -> dict[str, Any]:
+        d["candidates"] = [_rule("Do not reveal passport numbers in responses", "response",
+                                 entity_types=("US_PASSPORT",), category="government identifier")]
+        return d
+
+    return edit
+
+
 def paraphrased_pair() -> Edit:
     """Variant: two colluders upload paraphrases of one answer-redacting rule (2 supporters)."""
 
@@ -300,6 +315,7 @@ ATTACKS: dict[str, tuple[Callable[[dict[str, Any]], Edit], tuple[int, ...]]] = {
     "v_paraphrased_pair": (lambda s: paraphrased_pair(), (0, 1)),
     "v_feedback_flood_pair": (lambda s: feedback_flood(), (0, 1)),
     "v_twin_feedback_pair": (lambda s: twin_feedback(s, scope="response"), (0, 1)),
+    "v_safe_singleton": (lambda s: safe_singleton(), (0,)),
 }
 
 
@@ -358,7 +374,18 @@ def replay(attack: str | None, seed: int = 0, overrides: str = "",
         global_active=g_active, injected_in_refinement=injected,
         rejected=sum(len(r.get("rejected", [])) for r in rounds),
         rounds_bytes=(out / "rounds.jsonl").stat().st_size,
-        tokens_per_query=float(summary["tokens_per_query"]), summary=summary, rounds=rounds)
+        tokens_per_query=float(summary["tokens_per_query"]), summary=summary, rounds=rounds,
+        failures={why for r in rounds for why in r.get("failures", {}).values()},
+        rejected_reasons={x["reason"] for r in rounds for x in r.get("rejected", [])},
+        unsafe_by_client=_unsafe(rounds))
+
+
+def _unsafe(rounds: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rounds:
+        for c, n in (r.get("rules", {}).get("unsafe_by_client") or {}).items():
+            out[c] = out.get(c, 0) + int(n)
+    return out
 
 
 def _originals(cfg: Any) -> dict[str, str]:

@@ -37,7 +37,7 @@ ATTACKS = [r"(", r"[^\s]+", r"(\w|\s)+\d"]
         (r"\b\d{3}-\d{2}-\d{4}\b", r"\b\d{3}\-\d{2}\-\d{4}\b"),
         (r"\bMRN-\d{4}\b", r"\bMRN\-\d{4}\b"),
         # + becomes {1,64}: the longest run any repeat can take
-        (r"(?i)ann\s+lee", r"ann\s{1,64}lee"),
+        (r"(?i)mrn\s+\d{6}x", r"mrn\s{1,64}\d{6}x"),
         (r"(?i)mrn:\s+\d{6}", r"mrn:\s{1,64}\d{6}"),
         # one overlapping repeat (\S can be '@'): 64 ways per position <= 256
         (r"\S+@corp\S+", r"\S{1,64}@corp\S{1,64}"),
@@ -72,6 +72,8 @@ def test_safe_patterns_pass_with_bounded_rewrite(pattern, source):
         (r"(?i)how many", "too_broad"),  # GSM8K / MATH questions
         (r"\d{2,3} (?:years?|pages?|days|minutes)", "too_broad"),  # numbers of word problems
         (r"\S+@\S+", "too_broad"),  # Mind2Web-SC tasks carry an e-mail address
+        (r"(?i)ann\s+lee", "too_broad"),  # the shape of any two words: names are literals
+        (r":[a-z]", "too_broad"),  # ':s' of a held-out 'std::string': every 2-char shape
         ("(?i)ha\u017f \\d{1,6}", "unnormalized"),  # a long s matches 's' under (?i)
         ("sec\u200bret", "unnormalized"),  # an invisible zero-width space
         (r"\w+\d", "too_broad"),
@@ -113,7 +115,7 @@ def test_bounded_patterns_stay_fast_on_long_text():
     # Worst shapes that pass: one overlapping repeat, and a class run to the end of the text.
     text = "a@" * 4000 + "x" * 8000
     rules = [PrivacyRule(rule_id=f"r{k}", text="t", category="c", patterns=(p,))
-             for k, p in enumerate([r"\S+@corp\S+", r"[a-z]+\.[a-z]+@corp", r"[^#]+#\d"] * 13)]
+             for k, p in enumerate([r"\S+@corp\S+", r"[a-z]+\.[a-z]+@corp", r"[^#]+#\d{5}"] * 13)]
     t0 = time.perf_counter()
     for r in rules:
         find_spans(r, text, None)
