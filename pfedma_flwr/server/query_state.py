@@ -298,7 +298,7 @@ def run_status(summary: Mapping[str, Any]) -> str:
 def round_record(
     server_round: int, query_logs: list[dict[str, Any]], groups: Sequence[Sequence[Any]],
     results: Sequence[Sequence[Any]], replies: Mapping[str, Any], failures: Mapping[str, str],
-    rejected: list[dict[str, str]], rules_log: Mapping[str, Any], *, num_global: int,
+    rejected: list[dict[str, Any]], rules_log: Mapping[str, Any], *, num_global: int,
     num_finished: int,
 ) -> dict[str, Any]:
     """One line of ``rounds.jsonl``: per-query logs, failures, rules, per-client cost, metrics.
@@ -331,7 +331,7 @@ def round_record(
 
 def collect_replies(
     replies: Mapping[str, Any], lookup: Callable[[str], QueryState | None],
-) -> tuple[dict[str, dict[str, ProcessedResponse]], list[dict[str, str]]]:
+) -> tuple[dict[str, dict[str, ProcessedResponse]], list[dict[str, Any]]]:
     """Sort a round's responses by query: ``({query_id: {client: ProcessedResponse}}, rejected)``.
 
     A response to a query that is not active or was not routed to its client, a second one to
@@ -341,7 +341,7 @@ def collect_replies(
     kept response's query gets its share of the client's backend calls (one batched call
     serves all its queries).
     """
-    rejected: list[dict[str, str]] = []
+    rejected: list[dict[str, Any]] = []
     by_query: dict[str, dict[str, ProcessedResponse]] = {}
     for cid, rep in replies.items():
         seen: set[str] = set()
