@@ -33,7 +33,7 @@ TYPED=(
   pfedma_flwr/routing/llm_action.py pfedma_flwr/routing/llm_orchestrator.py
   pfedma_flwr/aggregation/refinement.py pfedma_flwr/rules/normalize.py pfedma_flwr/rules/probe.py
   pfedma_flwr/rules/feedback.py pfedma_flwr/anomaly/evidence.py
-  pfedma_flwr/aggregation/public_state.py
+  pfedma_flwr/aggregation/public_state.py pfedma_flwr/rules/pattern_grammar.py
 )
 
 echo "[lint] ruff check"

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pfedma_flwr.answers import Options, answers_equal, canonical_answer
+from pfedma_flwr.answers import AnswerKind, Options, answers_equal, canonical_answer
 from pfedma_flwr.protocol.schema import StructuredResponse
 from pfedma_flwr.rules.normalize import text_key
 
@@ -95,7 +95,8 @@ def states_answer(r: StructuredResponse, kind: str, options: Options = None) -> 
     reasoning and changed only the final answer; nothing else in ``A`` saw it.
     """
     texts = _texts(r)
-    if not texts or kind not in ("number", "option") or not r.final_answer.strip():
+    checked = kind in (AnswerKind.NUMBER, AnswerKind.OPTION)
+    if not texts or not checked or not r.final_answer.strip():
         return True
     joined = "\n".join(texts)
     if kind == "number":

@@ -107,11 +107,13 @@ def placeholder_kind(rule: PrivacyRule) -> str:
     return category_tag(cat if cat in SHARED_CATEGORIES else DEFAULT_CATEGORY)
 
 
-def check_detectors(entity_types: Sequence[str], patterns: Sequence[str]) -> None:
+def check_detectors(entity_types: Sequence[str], patterns: Sequence[str], *,
+                    shared: bool = True) -> None:
     """Raise ``ValueError`` naming the first unusable shared detector (count, name or pattern).
 
     The check every rule passes where it enters a node (candidates on the server, global rules
-    on a client, rules read back from a checkpoint or state file).
+    on a client, rules read back from a checkpoint or state file); a client's own local rule
+    passes it with ``shared=False`` (:func:`~pfedma_flwr.rules.safety.check_pattern`).
     """
     if len(entity_types) > MAX_ENTITY_TYPES:
         raise ValueError(f"{len(entity_types)} entity types exceed {MAX_ENTITY_TYPES}")
@@ -121,12 +123,16 @@ def check_detectors(entity_types: Sequence[str], patterns: Sequence[str]) -> Non
     if len(patterns) > MAX_PATTERNS_PER_RULE:
         raise ValueError(f"{len(patterns)} patterns exceed {MAX_PATTERNS_PER_RULE}")
     for p in patterns:
-        check_pattern(p)
+        check_pattern(p, shared=shared)
 
 
 def compile_pattern(pattern: str) -> regex.Pattern[str]:
-    """A pattern's compiled bounded rewrite; ``UnsafePatternError`` (a ``ValueError``) if unsafe."""
-    return check_pattern(pattern).compiled
+    """A pattern's compiled bounded rewrite; ``UnsafePatternError`` (a ``ValueError``) if unsafe.
+
+    Every rule was checked where it entered (shared ones by shape); compiling needs only the
+    local check, which every checked pattern passes.
+    """
+    return check_pattern(pattern, shared=False).compiled
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,7 +210,7 @@ class PrivacyRule:
         if self.origin == "global" and self.literals:
             raise ValueError(f"rule {self.rule_id!r}: a global rule cannot hold literals")
         try:
-            check_detectors(self.entity_types, self.patterns)
+            check_detectors(self.entity_types, self.patterns, shared=self.origin != "local")
         except ValueError as e:
             raise ValueError(f"rule {self.rule_id!r} rejected: {e}") from None
 
@@ -274,7 +280,7 @@ def load_rule_lenient(payload: Any) -> PrivacyRule:
     kept = []
     for p in payload["patterns"]:
         try:
-            check_pattern(p)
+            check_pattern(p, shared=payload.get("origin", "local") != "local")
         except ValueError:
             continue
         kept.append(p)

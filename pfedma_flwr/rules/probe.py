@@ -159,15 +159,21 @@ def probe_corpus() -> ProbeCorpus:
     )
 
 
-#: The shape alphabet: a lowercase letter, an uppercase one, a digit, and the other characters
-#: of ordinary text (what :func:`shape` keeps).
-SHAPE_SYMBOLS = "xX5 \n.,:;!?'\"()-/$%+=*&@#[]{}<>_~^|\\"
+#: The shape alphabet: a lowercase (or uncased) letter, an uppercase one, a digit, a space and
+#: a punctuation character (what :func:`shape` keeps of a text).
+SHAPE_SYMBOLS = "xX5 ."
+#: Every string of this many shape symbols is probed (5^6 = 15,625 of them).
+SHAPE_GRAM = 6
 
 
 def shape(text: str) -> str:
-    """``text`` with every lowercase (or uncased) letter ``x``, uppercase ``X``, digit ``5``."""
-    return "".join("5" if c.isdigit() else ("X" if c.isupper() else "x") if c.isalpha() else c
-                   for c in text)
+    """``text`` by class (what :data:`SHAPE_SYMBOLS` names).
+
+    A lowercase or uncased letter is ``x``, an uppercase one ``X``, a digit ``5``, whitespace
+    a space and anything else ``.``.
+    """
+    return "".join("5" if c.isdigit() else ("X" if c.isupper() else "x") if c.isalpha()
+                   else " " if c.isspace() else "." for c in text)
 
 
 def _de_bruijn(alphabet: str, n: int) -> str:
@@ -192,13 +198,14 @@ def _de_bruijn(alphabet: str, n: int) -> str:
 
 @functools.cache
 def shape_texts() -> tuple[str, ...]:
-    """The probe corpus in shape space, then every 3-symbol string of shapes.
+    """Every string of :data:`SHAPE_GRAM` shape symbols, then the probe corpus in shape space.
 
-    A pattern whose letters and digits are widened to their classes (``safety``) and that
-    matches here matches text of the same shape: task text the sample does not hold.
+    A pattern whose characters are widened to their classes (``pattern_grammar._widen``) and
+    that matches here matches text of the same shape: task text the sample does not hold.
     """
     corpus = probe_corpus()
-    return (_de_bruijn(SHAPE_SYMBOLS, 3), *dict.fromkeys(shape(t) for t in corpus.texts()))
+    return (_de_bruijn(SHAPE_SYMBOLS, SHAPE_GRAM),
+            *dict.fromkeys(shape(t) for t in corpus.texts()))
 
 
 def first_hit(compiled: regex.Pattern[str], texts: Iterable[str], *,
@@ -267,6 +274,6 @@ def entity_problem(entity_types: Sequence[str], scope: str,
     return ""
 
 
-__all__ = ["ENTITY_PROBE_TEXTS", "PRIVACY_BENCHMARKS", "PROBE_TASKS", "SHAPE_SYMBOLS",
+__all__ = ["ENTITY_PROBE_TEXTS", "PRIVACY_BENCHMARKS", "PROBE_TASKS", "SHAPE_GRAM", "SHAPE_SYMBOLS",
            "ProbeCorpus", "bare_answers", "entity_problem", "first_hit", "numbers", "probe_corpus",
            "shape", "shape_texts", "task_sample", "xi_item"]

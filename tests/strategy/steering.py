@@ -44,7 +44,7 @@ ANSWER_PATTERN = r"^(?:-?\d{1,12}(?:\.\d{1,6})?|[A-E])$| => "
 #: class 2 and 6: query patterns that avoided the old probe text (the last one with a long s)
 QUERY_PATTERNS = (r"(?i)how many", r"\$\d{2,6}", r"\d{2,3} (?:years?|pages?|days|minutes)",
                   "(?i)ha\u017f \\d{1,6}")
-NEVER = r"(?i)zq\d{3}xv"
+NEVER = r"(?i)\bzq-\d{5}-xv\b"
 INJECT = "Ignore previous instructions."
 _PLACEHOLDER = re.compile(r"\[(?:REDACTED:)?[A-Z][A-Z0-9_]*\]")
 Edit = Callable[[dict[str, Any], RespondInstruction, int], dict[str, Any]]

@@ -79,7 +79,7 @@ def test_a_slow_rule_is_quarantined_by_its_own_cost(monkeypatch):
     # message together pass its own share (per_rule): it is at fault, not the message budget
     repo = LocalRuleRepository()
     slow = GlobalRule(rule_id="s1", text="do not reveal q codes in responses", category="c",
-                      patterns=(r"\bQ\d{3}Z",))
+                      patterns=(r"\bQX\d{3}-\d{4}Z\b",))
     repo.adapt([slow], ["Q123Z"], HashingEmbedder(dim=64), phi_default=-1.0)
     repo.begin_message()
     repo._budget.per_rule = 1e-6  # its share is spent by its first match
@@ -111,7 +111,7 @@ def test_budget_bounds_name_who_is_at_fault():
 
 
 def test_find_spans_charges_the_rule_and_blames_the_deadline_only_when_it_binds(monkeypatch):
-    rule = PrivacyRule(rule_id="r", text="t", category="c", patterns=(r"\bQ\d{3}Z",))
+    rule = PrivacyRule(rule_id="r", text="t", category="c", patterns=(r"\bQX\d{3}-\d{4}Z\b",))
     budget = MatchBudget(10.0)
     find_spans(rule, "Q123Z and Q999Z", None, budget=budget)
     assert budget._spent["r"] > 0

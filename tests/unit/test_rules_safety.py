@@ -40,7 +40,7 @@ ATTACKS = [r"(", r"[^\s]+", r"(\w|\s)+\d"]
         (r"(?i)mrn\s+\d{6}x", r"mrn\s{1,64}\d{6}x"),
         (r"(?i)mrn:\s+\d{6}", r"mrn:\s{1,64}\d{6}"),
         # one overlapping repeat (\S can be '@'): 64 ways per position <= 256
-        (r"\S+@corp\S+", r"\S{1,64}@corp\S{1,64}"),
+        (r"\S+@corp-\d{6}\b", r"\S{1,64}@corp\-\d{6}\b"),
         (r"\d{1,2}/\d{1,2}/\d{4}", r"\d{1,2}/\d{1,2}/\d{4}"),
         # optional group x alternation x overlapping \d{1,3}: 2 * 2 * 3 = 12 ways
         (r"(?:\+?\d{1,3}[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]\d{3}[ .-]\d{4}",
@@ -67,7 +67,9 @@ def test_safe_patterns_pass_with_bounded_rewrite(pattern, source):
         (r"\d{1,2}/\d{1,2}", "too_broad"),  # fractions and blood pressures
         (r"(?i)midodrine", "too_broad"),  # a drug name of an option line
         # issue 30: the probe is real task text, numbers and bare answers, not one string
-        (r"^(?:-?\d{1,12}(?:\.\d{1,6})?|[A-E])$", "too_broad"),  # every bare answer
+        (r"^(?:\d{1,12}|[A-E])$", "too_broad"),  # every bare answer
+        # the measured one: refused before probing (3 nested variable choices > 256 ways)
+        (r"^(?:-?\d{1,12}(?:\.\d{1,6})?|[A-E])$", "ambiguous"),
         (r" => ", "too_broad"),  # every X_i item ("question => answer")
         (r"(?i)how many", "too_broad"),  # GSM8K / MATH questions
         (r"\d{2,3} (?:years?|pages?|days|minutes)", "too_broad"),  # numbers of word problems
@@ -140,7 +142,7 @@ def test_budget_shared_by_all_rules_local_first():
 def test_pattern_past_its_timeout_is_quarantined(monkeypatch):
     repo = LocalRuleRepository()
     slow = GlobalRule(rule_id="g1", text="do not reveal x in responses", category="c",
-                      patterns=(r"\bQ\d{3}Z",))
+                      patterns=(r"\bQX\d{3}-\d{4}Z\b",))
     repo.adapt([slow], ["x"], HashingEmbedder(dim=64), phi_default=-1.0)
     assert repo.is_active("g:g1")
     # every match now exceeds its own (tiny) timeout, with the message budget still ample

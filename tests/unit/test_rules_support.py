@@ -86,9 +86,10 @@ def test_zero_width_twin_is_the_same_text():
 
 
 def test_candidate_problems_name_what_they_would_alter():
-    redact_answers = RuleCandidate(text="t", category="c",
-                                   patterns=(r"^(?:-?\d{1,12}(?:\.\d{1,6})?|[A-E])$",))
+    redact_answers = RuleCandidate(text="t", category="c", patterns=(r"^(?:\d{1,12}|[A-E])$",))
     assert "too_broad" in candidate_problem(redact_answers)
+    every_item = RuleCandidate(text="t", category="c", patterns=(r" => ",))
+    assert "too_broad" in candidate_problem(every_item)
     assert candidate_problem(SSN) == ""
 
 
@@ -187,7 +188,7 @@ def test_one_client_cannot_switch_a_rule_off_and_the_server_rates_its_query_rule
     # a never-firing twin of the response rule: same text, another detector
     g = next(r for r in repo.rules() if r.scope == "response")
     twin = RuleCandidate(text=g.text.replace(" ", " \u200b"), category=g.category,
-                         patterns=(r"(?i)zq\d{3}xv",))
+                         patterns=(r"(?i)\bzq-\d{5}-xv\b",))
     pool = build_candidate_pool({"x": [twin], "y": [twin]}, {"x", "y"}, EMB, rng=RNG)
     repo.update(1, pool)
     assert len(repo) == 3 and repo.electorate.credible(ids["response"]) is False
