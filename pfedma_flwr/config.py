@@ -165,6 +165,11 @@ class RulesConfig:
     # the PRIVATE_FACT sentence detector in the clients' recognizer (needs embedding.name
     # minilm; rules/private_facts.py); clients holding sensitive items detect uncovered facts
     private_facts: bool = True
+    # issue 30 (docs/threat_model.md): distinct clients (and share of the round's uploaders) a
+    # candidate needs to be promoted, and raters (and share of the clients that held a rule)
+    # before its H-score may switch the active rule; 1 and 0.0 = the seed's singleton rule
+    min_support_clients: int = 2
+    min_support_share: float = 0.5
 
 
 @dataclass
@@ -259,6 +264,8 @@ class ProtocolConfig:
     max_id_chars: int = 128
     # JSON nesting of a message (a valid one nests 7 deep)
     max_depth: int = 16
+    # self-reported tokens per answer (cost columns are client-reported; issue 30)
+    max_answer_tokens: int = 65_536
 
     def limits(self) -> Limits:
         """The validation caps of the wire (:mod:`pfedma_flwr.protocol`)."""
@@ -271,7 +278,8 @@ class AdversaryConfig:
 
     # rho_adv: per query, round(rho * N) of the N clients are malicious (0 = no adversary)
     ratio: float = 0.0
-    # injection (context-ignoring prompt injection, ASB) | unreliable (confident wrong answer)
+    # injection (context-ignoring prompt injection, ASB) | unreliable (confident wrong answer) |
+    # collusion (the malicious clients' shared wrong answer, each claim its own evidence)
     kind: str = "injection"
     # ASB attacker instructions used for injection: all | aggressive | non_aggressive
     attacks: str = "all"

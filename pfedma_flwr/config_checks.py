@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 ABLATIONS = ("none", "-intent", "-evidence", "-consensus", "-all")
 PARTITIONS = ("iid", "dirichlet", "profile")
-ADVERSARY_KINDS = ("injection", "unreliable")
+ADVERSARY_KINDS = ("injection", "unreliable", "collusion")
 ATTACK_POOLS = ("all", "aggressive", "non_aggressive")
 __all__ = ["ABLATIONS", "ADVERSARY_KINDS", "ATTACK_POOLS", "LONE_ANSWERS", "OPTION_WAYS",
            "PARTITIONS", "QUESTION_SETS", "REFINE_STYLES", "config_problems"]
@@ -54,6 +54,10 @@ def config_problems(cfg: PFedMAConfig) -> list[str]:
         (0.0 < ru.sim_threshold <= 1.0,
          f"rules.sim_threshold must be in (0,1], got {ru.sim_threshold}"),
         (ru.pii in ("presidio", "regex"), f"rules.pii must be presidio|regex, got {ru.pii!r}"),
+        (ru.min_support_clients >= 1,
+         f"rules.min_support_clients must be >= 1, got {ru.min_support_clients}"),
+        (0.0 <= ru.min_support_share <= 1.0,
+         f"rules.min_support_share must be in [0,1], got {ru.min_support_share}"),
         (len(d.benchmarks) >= 1, "data.benchmarks must name at least one benchmark"),
         (d.queries_per_benchmark >= 1, "data.queries_per_benchmark must be >= 1"),
         (d.dev_pool_per_benchmark >= 0, "data.dev_pool_per_benchmark must be >= 0"),

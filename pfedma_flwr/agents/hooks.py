@@ -22,7 +22,11 @@ knows nothing of attacks; the harness configures hooks (``adversary`` section) a
       (:func:`~pfedma_flwr.data.bench_asb_tasks.inject_attack`); on other tasks the text is
       appended to the question;
     - ``unreliable``: returns a wrong-but-confident answer (:func:`corrupt_answer`: a perturbed
-      number, another option letter, ...) with ``self_confidence = domain_fit = 1``.
+      number, another option letter, ...) with ``self_confidence = domain_fit = 1``;
+    - ``collusion`` (issue 30): the malicious clients of a query give the same wrong answer
+      (the corruption of an answer they share, as skilled colluders' own answers are) and
+      state it as a claim that is its own evidence, the form that zeroed ``a_evi`` before
+      (:func:`colluding_response`).
 """
 
 from __future__ import annotations
@@ -176,6 +180,15 @@ def unreliable_response(resp: StructuredResponse, answer_kind: str, query_text: 
                    domain_fit=1.0, self_confidence=1.0)
 
 
+def colluding_response(resp: StructuredResponse, answer_kind: str, query_text: str,
+                       query_id: str) -> StructuredResponse:
+    """A colluder's response: the corrupted answer, claimed with itself as evidence."""
+    wrong = corrupt_answer(resp.final_answer, answer_kind, query_text, query_id)
+    claim = f"The answer is {wrong}."
+    return replace(resp, final_answer=wrong, claims=(Claim(claim=claim, evidence=(claim,)),),
+                   domain_fit=1.0, self_confidence=1.0)
+
+
 @dataclass(frozen=True)
 class Adversary(AgentHook):
     """The client-side adversary hook of one client (partition ``partition_id`` of ``num_clients``).
@@ -187,7 +200,7 @@ class Adversary(AgentHook):
     ratio : float
         ``ρ_adv`` in ``[0, 1]``.
     kind : str
-        ``injection`` or ``unreliable``.
+        ``injection``, ``unreliable`` or ``collusion``.
     seed : int
         Seed of the malicious sets and attack choices.
     attacks : tuple[AsbAttack, ...]
@@ -238,7 +251,8 @@ class Adversary(AgentHook):
 
     def response(self, query_id: str, resp: StructuredResponse, answer_kind: str,
                  query_text: str) -> StructuredResponse:
-        """The response this client uploads: corrupted when ``unreliable`` and malicious."""
-        if self.kind != "unreliable" or not self.is_malicious(query_id):
+        """The response this client uploads: corrupted when ``unreliable`` or ``collusion``."""
+        if self.kind == "injection" or not self.is_malicious(query_id):
             return resp
-        return unreliable_response(resp, answer_kind, query_text, query_id)
+        corrupt = unreliable_response if self.kind == "unreliable" else colluding_response
+        return corrupt(resp, answer_kind, query_text, query_id)

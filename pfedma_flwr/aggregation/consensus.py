@@ -1,8 +1,13 @@
 """Reliability-weighted vote that builds the collaboration state ``z^t`` (DESIGN §3.9).
 
-Every retained response of every round so far votes for its canonical answer with weight
-``w_i = S_i·C_{i,d}`` (the states at aggregation time). A client answering in two rounds votes
-twice, as the design reads ("the retained responses of all rounds so far"). Answers are grouped
+Every client's latest retained response of the rounds so far votes for its canonical answer
+with weight ``w_i = S_i·C_{i,d}·(1 − A_i)`` (the states at aggregation time, ``A_i`` the
+response's anomaly score). Two changes to DESIGN §3.9 (issue 30), measured with two colluders
+of five giving one wrong answer (``bench/bench_steering.py``, 8 seeds): a client re-asked in
+round 2 voted twice and decided every 1:1 split (accuracy 0.40 against 0.85 all honest), so a
+client now votes once, with its later answer (0.74); and an answer the evaluator found less
+reliable (a claim with no evidence of its own scores ``a_evi = 1``) now weighs less than a
+retained answer it found clean (0.88; all-honest runs 0.85 before, 0.86 after). Answers are grouped
 with :func:`pfedma_flwr.answers.answers_equal`, so ``0.5`` and ``1/2`` are one group.
 
 Winner: largest total weight, then more responses, then the smallest canonical answer
@@ -39,7 +44,8 @@ class RoundResponse:
     round: int
     response: StructuredResponse | None
     retained: bool
-    anomaly: float = 1.0
+    #: the response's anomaly score ``A_i``; its vote weighs ``1 − A_i`` (0 = not evaluated)
+    anomaly: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ class _Group:
 def response_weight(
     state: RoutingState, domain: str, *, use_capability: bool = True, use_reliability: bool = True
 ) -> float:
-    """``w_i = S_i·C_{i,d}``, with ``C := 1`` under -IA and ``S := 1`` under -RT."""
+    """``S_i·C_{i,d}``, with ``C := 1`` under -IA and ``S := 1`` under -RT (times ``1 − A_i``)."""
     c = state.c(domain) if use_capability else 1.0
     s = state.reliability if use_reliability else 1.0
     return s * c
@@ -169,13 +175,16 @@ def aggregate(
     use_reliability: bool = True,
     max_claims: int = 3,
     options: Options = None,
+    per_client: bool = True,
+    use_anomaly: bool = True,
 ) -> CollabState:
     """Weighted vote over the retained responses of all rounds so far (DESIGN §3.9).
 
     Parameters
     ----------
     history : Sequence[RoundResponse]
-        Every evaluated response to this query so far (filtered ones are ignored).
+        Every evaluated response to this query so far (filtered ones are ignored; a client's
+        latest retained one votes).
     kind : str
         Answer kind of the query (:data:`pfedma_flwr.answers.ANSWER_KINDS`).
     domain : str
@@ -190,6 +199,9 @@ def aggregate(
         Claims kept in ``z.claims`` and in ``z.disputed_claims``.
     options : Options, optional
         Multiple-choice options for canonical answers.
+    per_client, use_anomaly : bool
+        One vote per client (its latest retained response), weighted by ``1 − A_i``; both off
+        gives every retained response its ``S·C`` vote (the baselines' equal-weight votes).
 
     Returns
     -------
@@ -199,7 +211,14 @@ def aggregate(
     if max_claims < 0:
         raise ValueError(f"max_claims must be >= 0, got {max_claims}")
     t = round if round is not None else max((r.round for r in history), default=0)
-    voters = [(r, r.response) for r in history if r.retained and r.response is not None]
+    latest: dict[str, RoundResponse] = {}
+    for r in history:  # one vote per client: its latest retained response
+        if r.retained and r.response is not None:
+            prev = latest.get(r.client_id)
+            if prev is None or r.round >= prev.round:
+                latest[r.client_id] = r
+    voters = [(r, r.response) for r in history if r.response is not None
+              and (latest.get(r.client_id) is r or (not per_client and r.retained))]
     if not voters:
         return CollabState(round=t)
 
@@ -211,6 +230,7 @@ def aggregate(
     weights = [
         response_weight(state_of(r.client_id), domain, use_capability=use_capability,
                         use_reliability=use_reliability)
+        * (1.0 - min(max(r.anomaly, 0.0), 1.0) if use_anomaly else 1.0)
         for r, _ in voters
     ]
     if sum(weights) <= 0.0:

@@ -129,24 +129,44 @@ class EmbeddingJudge:
         return out
 
     def evidence_support(
-        self, claims_per_response: Sequence[Sequence[ClaimEvidence]]
+        self, claims_per_response: Sequence[Sequence[ClaimEvidence]],
+        references: Sequence[Sequence[str]] | None = None,
     ) -> list[list[float]]:
-        """See :meth:`Judge.evidence_support`; one ``encode`` call for the whole batch."""
+        """See :meth:`Judge.evidence_support`; one ``encode`` call for the whole batch.
+
+        Without ``references`` an item supports a claim by its cosine to it. With them (per
+        response: the query and other clients' texts, :mod:`pfedma_flwr.anomaly.evidence`),
+        by the mean of that cosine and the item's largest cosine to a reference (grounding).
+        """
+        if references is not None and len(references) != len(claims_per_response):
+            raise ValueError("evidence_support: one reference list per response")
         texts: list[str] = []
-        for claims in claims_per_response:
+        for k, claims in enumerate(claims_per_response):
             for claim, evidence in claims:
                 texts.append(claim)
                 texts.extend(evidence)
+            texts.extend(references[k] if references is not None else ())
         emb = self.embedder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
         out: list[list[float]] = []
         row = 0
-        for claims in claims_per_response:
-            supports: list[float] = []
+        for k, claims in enumerate(claims_per_response):
+            spans = []
             for _, evidence in claims:
-                c, ev = emb[row], emb[row + 1 : row + 1 + len(evidence)]
+                spans.append((row, row + 1, row + 1 + len(evidence)))
                 row += 1 + len(evidence)
-                best = float((ev @ c).max()) if len(evidence) else 0.0
-                supports.append(float(np.clip(best, 0.0, 1.0)))
+            n_ref = len(references[k]) if references is not None else 0
+            refs, row = emb[row : row + n_ref], row + n_ref
+            supports: list[float] = []
+            for c, a, b in spans:
+                ev = emb[a:b]
+                if not len(ev):
+                    supports.append(0.0)
+                    continue
+                score = ev @ emb[c]
+                if references is not None:
+                    ground = (ev @ refs.T).max(axis=1) if n_ref else np.zeros(len(ev))
+                    score = (np.clip(score, 0.0, 1.0) + np.clip(ground, 0.0, 1.0)) / 2
+                supports.append(float(np.clip(score.max(), 0.0, 1.0)))
             out.append(supports)
         return out
 

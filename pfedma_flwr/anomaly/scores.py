@@ -15,6 +15,10 @@ Ablations (paper Fig. 2a) drop a term and renormalize the remaining weights:
 ``-all``       the evaluator is removed: no judge call, ``A = 0``, every parsed response kept
 =============  ==============================================================================
 
+With ``coherent`` consensus (the default), ``A`` is at least ``(1 − J)·a_con`` with ``J`` the
+judge bracket (:func:`consensus_floor`, issue 30), and the evidence term never credits a claim
+with itself (:mod:`~pfedma_flwr.anomaly.evidence`).
+
 A dropped term is not computed (no judge call for it) and is reported as 0.
 """
 
@@ -27,6 +31,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from pfedma_flwr.anomaly.evidence import claim_supports, references, states_answer
 from pfedma_flwr.anomaly.judges import Judge
 from pfedma_flwr.answers import FREE_TEXT_KINDS, Options, answers_equal
 from pfedma_flwr.embeddings import Embedder, cosine_matrix
@@ -68,13 +73,28 @@ def anomaly_score(
     Returns
     -------
     float
-        ``(1 − α)·[λ·max(a_int, a_evi) + (1 − λ)·(a_int + a_evi)/2] + α·a_con`` ∈ [0, 1].
+        ``(1 − α)·[λ·max(a_int, a_evi) + (1 − λ)·(a_int + a_evi)/2] + α·a_con`` ∈ [0, 1]
+        (the seed's formula; the evaluator adds :func:`consensus_floor`).
     """
     for name, v in (("a_int", a_int), ("a_evi", a_evi), ("a_con", a_con),
                     ("lambda_pool", lambda_pool), ("alpha_con", alpha_con)):
         _unit(name, v)
     judge = lambda_pool * max(a_int, a_evi) + (1.0 - lambda_pool) * (a_int + a_evi) / 2.0
     return (1.0 - alpha_con) * judge + alpha_con * a_con
+
+
+def consensus_floor(score: float, judge: float, a_con: float) -> float:
+    """``max(score, (1 − J)·a_con)``: consensus keeps its weight when the judge terms are clean.
+
+    In the seed's formula the consensus term weighs ``α = 0.3``, so with clean intent and
+    evidence (judge bracket ``J = 0``) ``A ≤ 0.3`` stays below the 0.5 tolerance whatever the
+    consensus (issue 30). The floor gives consensus the weight the judge terms leave unused:
+    an answer that deviates from a coherent consensus of the others is filtered when nothing
+    else speaks for or against it, and nothing changes when ``J`` already dominates. Applied
+    with ``coherent`` consensus only: the seed's ``mean`` scores both sides of an honest
+    two-way split 1.
+    """
+    return max(score, (1.0 - judge) * a_con)
 
 
 def ablated_anomaly_score(
@@ -85,20 +105,26 @@ def ablated_anomaly_score(
     lambda_pool: float = 0.3,
     alpha_con: float = 0.3,
     ablation: Ablation | str = Ablation.NONE,
+    floor: bool = False,
 ) -> float:
-    """``A_i`` under an evaluator ablation (table in the module docstring)."""
+    """``A_i`` under an evaluator ablation (module docstring), ``floor``: :func:`consensus_floor`.
+
+    The floor is off by default (the seed's formulas); the evaluator turns it on.
+    """
     ab = Ablation(ablation)
     if ab is Ablation.NONE:
-        return anomaly_score(a_int, a_evi, a_con, lambda_pool, alpha_con)
+        score = anomaly_score(a_int, a_evi, a_con, lambda_pool, alpha_con)
+        judge = lambda_pool * max(a_int, a_evi) + (1.0 - lambda_pool) * (a_int + a_evi) / 2.0
+        return consensus_floor(score, judge, a_con) if floor else score
     if ab is Ablation.ALL:
         return 0.0
     for name, v in (("a_int", a_int), ("a_evi", a_evi), ("a_con", a_con),
                     ("lambda_pool", lambda_pool), ("alpha_con", alpha_con)):
         _unit(name, v)
-    if ab is Ablation.NO_INTENT:
-        return (1.0 - alpha_con) * a_evi + alpha_con * a_con
-    if ab is Ablation.NO_EVIDENCE:
-        return (1.0 - alpha_con) * a_int + alpha_con * a_con
+    if ab in (Ablation.NO_INTENT, Ablation.NO_EVIDENCE):
+        judge = a_evi if ab is Ablation.NO_INTENT else a_int
+        score = (1.0 - alpha_con) * judge + alpha_con * a_con
+        return consensus_floor(score, judge, a_con) if floor else score
     return lambda_pool * max(a_int, a_evi) + (1.0 - lambda_pool) * (a_int + a_evi) / 2.0
 
 
@@ -245,6 +271,7 @@ def evaluate_batch(
     options: Sequence[Options] | None = None,
     prior: Sequence[Sequence[str]] | None = None,
     consensus: str = "coherent",
+    queries: Sequence[str] | None = None,
 ) -> list[list[AnomalyResult]]:
     """Score the responses of several queries of one round, one judge call per term.
 
@@ -267,6 +294,9 @@ def evaluate_batch(
         Per group the retained answers of earlier rounds (consensus is taken against them too).
     consensus : str
         ``coherent`` or ``mean`` (see :func:`consensus_anomalies`).
+    queries : Sequence[str], optional
+        Per group the task text: evidence is checked against it
+        (:mod:`~pfedma_flwr.anomaly.evidence`).
 
     Returns
     -------
@@ -283,6 +313,8 @@ def evaluate_batch(
         raise ValueError(f"got {len(options)} option sets for {len(groups)} groups")
     if prior is not None and len(prior) != len(groups):
         raise ValueError(f"got {len(prior)} prior answer lists for {len(groups)} groups")
+    if queries is not None and len(queries) != len(groups):
+        raise ValueError(f"got {len(queries)} query texts for {len(groups)} groups")
 
     parsed = [(g, k, r) for g, grp in enumerate(groups) for k, r in enumerate(grp) if r is not None]
     responses = [r for _, _, r in parsed]
@@ -294,14 +326,13 @@ def evaluate_batch(
         a_int = _judge_values(risks, n_resp, "intent", bad=1.0)
     a_evi = [0.0] * n_resp
     if responses and not (skip_judge or ab is Ablation.NO_EVIDENCE):
-        supports = judge.evidence_support(
-            [[(c.claim, c.evidence) for c in r.claims] for r in responses]
-        )
-        if len(supports) != n_resp:
-            raise RuntimeError(f"judge returned {len(supports)} support lists for {n_resp}")
+        # evidence that only restates its claim is no evidence; the rest is checked against
+        # the query and the other clients' responses too (anomaly/evidence.py, issue 30)
+        supports = claim_supports(judge, responses, references(groups, queries))
         a_evi = [
             evidence_anomaly(_judge_values(sup, len(r.claims), "support", bad=0.0))
-            for sup, r in zip(supports, responses, strict=True)
+            if states_answer(r, kinds[g], options[g] if options is not None else None) else 1.0
+            for sup, r, (g, _, _) in zip(supports, responses, parsed, strict=True)
         ]
 
     a_con: dict[tuple[int, int], float] = {}
@@ -320,7 +351,7 @@ def evaluate_batch(
     for n, (g, k, _) in enumerate(parsed):
         ai, ae, ac = float(a_int[n]), float(a_evi[n]), a_con.get((g, k), 0.0)
         score = ablated_anomaly_score(ai, ae, ac, lambda_pool=lambda_pool, alpha_con=alpha_con,
-                                      ablation=ab)
+                                      ablation=ab, floor=consensus == "coherent")
         keep = score <= tolerance
         out[g][k] = AnomalyResult(a_int=ai, a_evi=ae, a_con=ac, score=score, retained=keep,
                                   reason="retained" if keep else "above_tolerance")

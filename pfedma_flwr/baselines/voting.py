@@ -18,7 +18,8 @@ from pfedma_flwr.answers import Options
 def _vote(history: Sequence[RoundResponse], kind: str, round: int | None,
           options: Options) -> CollabState:
     return aggregate(history, kind=kind, domain="", routing={}, round=round,
-                     use_capability=False, use_reliability=False, options=options)
+                     use_capability=False, use_reliability=False, options=options,
+                     per_client=False, use_anomaly=False)
 
 
 def vote_all(

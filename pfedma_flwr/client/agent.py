@@ -205,7 +205,6 @@ class ClientAgent:
 
     def respond(self, ins: RespondInstruction, state: AgentState) -> ClientReply:
         """Answer every routed query of ``ins`` in one batched generation (DESIGN §1 step 3)."""
-        state.rules.begin_message()  # one pattern-matching time budget per message
         adapt = state.rules.adapt(list(ins.global_rules), state.experience, self.embedder,
                                   sim_threshold=self.sim_threshold, phi_default=self.phi_default,
                                   recognizer=self.recognizer)
@@ -258,16 +257,21 @@ class ClientAgent:
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
         verified = self._verify(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
+        # the matching budget of P_resp starts here, after generation (issue 30: a 1.2 s
+        # generation spent the 1 s budget started before it, and no pattern rule ever fired)
+        state.rules.begin_message()
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {
             (c.text, c.action): c for c in guard_cands}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
-            tokens = gen.tokens + repaired.get(k, 0) + fallback.get(k, 0) + verified.get(k, 0)
+            # the protocol's cap on a self-reported count (the server rejects more)
+            tokens = min(gen.tokens + repaired.get(k, 0) + fallback.get(k, 0)
+                         + verified.get(k, 0), self.limits.max_answer_tokens)
             if gen.error:
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("backend",
                                                                     gen.code or gen.error),
-                                                   tokens=tokens))
+                                                   tokens=tokens, round=q.round))
                 continue
             if q.task_format in BENCHMARK_FORMATS:
                 raw, why = read_reply(q, seen[k], texts[k], state.rules)
@@ -282,7 +286,7 @@ class ClientAgent:
                 cut = "_truncated" if gen.finish_reason == "length" else ""
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("parse" + cut, why),
-                                                   tokens=tokens))
+                                                   tokens=tokens, round=q.round))
                 continue
             for hook in self.hooks:
                 raw = hook.response(q.query_id, raw, q.answer_kind, q.text)
@@ -293,7 +297,7 @@ class ClientAgent:
                 candidates.setdefault((c.text, c.action), c)
             processed, refused = result.response, result.refused
             responses.append(ProcessedResponse(q.query_id, processed, refused=refused,
-                                               tokens=tokens))
+                                               tokens=tokens, round=q.round))
             # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
@@ -308,8 +312,7 @@ class ClientAgent:
             feedback=tuple(state.rules.round_feedback()),
             backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0) + (1 if verified
                                                                                else 0),
-            tokens=sum(g.tokens for g in gens) + sum(repaired.values()) + sum(fallback.values())
-            + sum(verified.values()),
+            tokens=sum(r.tokens for r in responses),
             gen_seconds=gen_seconds,
         ))
 

@@ -254,7 +254,7 @@ def run_metrics(run: RunData) -> dict[str, float]:
 def add_clean_twin_metrics(rows: Sequence[dict[str, Any]], runs: Mapping[str, RunData],
                            twin_axis: str = "rho",
                            undefended: Mapping[str, Mapping[str, str]] | None = None) -> None:
-    """BP, PNA, NRP (and ASR of ``unreliable`` attacks) from each row's clean twins (App. H).
+    """BP, PNA, NRP (and ASR of ``unreliable``/``collusion`` attacks) from clean twins (App. H).
 
     The clean twin has the same labels except ``twin_axis`` and adversary ratio 0.
     BP = its ACC, or its ASB task success ``TS`` where it has one (benign tasks, the method's
@@ -285,7 +285,7 @@ def add_clean_twin_metrics(rows: Sequence[dict[str, Any]], runs: Mapping[str, Ru
         bare = twin if off == r["labels"] else clean.get(key(off))
         r["metrics"]["PNA"] = bare["metrics"][base] if bare is not None else math.nan
         run = runs[r["variant"]]
-        if run.cfg.adversary.ratio > 0 and run.cfg.adversary.kind == "unreliable":
+        if run.cfg.adversary.ratio > 0 and run.cfg.adversary.kind in ("unreliable", "collusion"):
             right = {q["query_id"]: bool(q["correct"]) for q in runs[twin["variant"]].queries}
             r["metrics"]["ASR"] = asr([atk.unreliable_attack_succeeded(
                 right.get(q["query_id"], False), bool(q["correct"])) for q in run.queries])

@@ -341,6 +341,9 @@ class ProcessedResponse:
     refused: bool = False
     error: str = ""
     tokens: int = 0
+    #: the collaboration round of the routed query this answers (0: not bound); the server
+    #: rejects a response bound to another round (a stale reply)
+    round: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -350,6 +353,7 @@ class ProcessedResponse:
             "refused": self.refused,
             "error": self.error,
             "tokens": self.tokens,
+            "round": self.round,
         }
 
     @classmethod
@@ -357,7 +361,8 @@ class ProcessedResponse:
         cls, d: Any, path: str = "processed", lim: Limits = DEFAULT_LIMITS
     ) -> ProcessedResponse:
         d = obj_(d, path)
-        no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens"})
+        no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens",
+                           "round"})
         raw = d.get("response")
         for key in ("format_ok", "refused"):
             if not isinstance(d.get(key, False), bool):
@@ -370,7 +375,8 @@ class ProcessedResponse:
             format_ok=bool(d.get("format_ok", True)),
             refused=bool(d.get("refused", False)),
             error=str_(d.get("error", ""), f"{path}.error", lim),
-            tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=10**9),
+            tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=lim.max_answer_tokens),
+            round=int_(d.get("round", 0), f"{path}.round", hi=10**6),
         )
 
 
@@ -422,7 +428,8 @@ class ClientReply:
                 RuleFeedback.from_dict(f, f"{path}.feedback[{k}]", lim) for k, f in enumerate(fs)
             ),
             backend_calls=int_(d.get("backend_calls", 0), f"{path}.backend_calls", hi=10**9),
-            tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=10**12),
+            tokens=int_(d.get("tokens", 0), f"{path}.tokens",
+                        hi=lim.max_items * lim.max_answer_tokens),
             gen_seconds=float_(d.get("gen_seconds", 0.0), f"{path}.gen_seconds", lo=0.0),
             # the key is untrusted text: paths name the entry by position, not by key
             extra={

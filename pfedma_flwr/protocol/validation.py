@@ -87,10 +87,13 @@ class Limits:
     max_id_chars: int = 128
     # nesting of a valid message is at most 7 (reply > responses > response > claims > ...)
     max_depth: int = 16
+    # self-reported tokens of one answer (the reply's total: max_items times this); 10^9 per
+    # answer inflated summary.json's cost columns 10^6x (issue 30)
+    max_answer_tokens: int = 65_536
 
     def __post_init__(self) -> None:
         for name in ("max_text_chars", "max_claims", "max_evidence", "max_items", "max_rules",
-                     "max_payload_chars", "max_id_chars", "max_depth"):
+                     "max_payload_chars", "max_id_chars", "max_depth", "max_answer_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -134,6 +137,14 @@ def str_(v: Any, path: str, lim: Limits, *, allow_empty: bool = True,
 def id_(v: Any, path: str, lim: Limits) -> str:
     """A non-empty identifier within the id cap."""
     return str_(v, path, lim, allow_empty=False, cap=lim.max_id_chars)
+
+
+def short_id(v: str, n: int = 40) -> str:
+    """An id as logged: whole up to ``n`` chars, else its start and ``…``.
+
+    Issue 30: 128-char ids echoed whole made ``rounds.jsonl`` 30x larger.
+    """
+    return v if len(v) <= n else v[: n - 1] + "\u2026"
 
 
 def int_(v: Any, path: str, *, lo: int = 0, hi: int = 2**62) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 from pfedma_flwr.rules.model import PrivacyRule, literal_regex
+from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, original_span
 from pfedma_flwr.rules.pii import DEFAULT_ENTITIES, PiiRecognizer
 from pfedma_flwr.rules.query_rules import QUERY_ENTITIES, apply_query_rules
 from pfedma_flwr.rules.safety import MatchBudget
@@ -243,15 +244,18 @@ def find_uncovered(
 
     out: dict[tuple[str, str], Uncovered] = {}
     claimed: list[list[tuple[int, int]]] = [[] for _ in fields]
+    norms = [normalized_with_map(f) for f in fields]
     for item in dict.fromkeys(i for i in sensitive_items if i.strip()):
         for k, f in enumerate(fields):
-            for m in literal_regex(item).finditer(f):
-                claimed[k].append((m.start(), m.end()))
-                if is_covered(k, m.start(), m.end()):
+            norm, starts = norms[k]
+            for m in literal_regex(normalize_text(item)).finditer(norm):
+                a, b = original_span(starts, len(f), m.start(), m.end())
+                claimed[k].append((a, b))
+                if is_covered(k, a, b):
                     continue
                 inside = tuple(
                     sorted(
-                        {p.entity_type for p in pii[k] if p.start < m.end() and m.start() < p.end}
+                        {p.entity_type for p in pii[k] if p.start < b and a < p.end}
                         & set(pii_entity_types)
                     )
                 )

@@ -19,6 +19,8 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleFeedback
+from pfedma_flwr.protocol.validation import short_id
+from pfedma_flwr.rules.feedback import SERVER_RATER, Electorate, client_scores, server_scores
 from pfedma_flwr.rules.global_update import (
     FeedbackReport,
     UpdateReport,
@@ -28,14 +30,16 @@ from pfedma_flwr.rules.global_update import (
     spec_key,
 )
 from pfedma_flwr.rules.model import check_detectors
+from pfedma_flwr.rules.normalize import text_key
 from pfedma_flwr.rules.promotion import (
     CandidatePool,
     SimilarityStats,
-    _support_from_sims,
     admit,
     build_candidate_pool,
     feedback_score,
+    owner_support,
     promote,
+    promote_supported,
     support_proportions,
     update_h_score,
 )
@@ -86,12 +90,19 @@ class GlobalRuleRepository:
     twins : bool
         Whether a promoted or feedback-confirmed response rule also adds its ``P_in`` twin
         (:func:`~pfedma_flwr.rules.global_update.new_twins`).
+    min_support_clients, min_support_share : int, float
+        Distinct clients (and share of the round's uploaders) a candidate needs to be promoted
+        (:func:`~pfedma_flwr.rules.promotion.promote_supported`), and distinct raters (and
+        share of the clients that held the rule) before its H may rank it in Resolve
+        (:func:`~pfedma_flwr.rules.feedback.credible`). ``1`` and ``0.0``: the seed's rules
+        (a singleton pool promotes, any rating counts).
     """
 
     def __init__(
         self, *, embedder: Embedder, sim_threshold: float = 0.9, id_prefix: str = "g",
         max_promotions_per_round: int = 4, max_promotions_per_client: int = 1,
         max_rules: int = 1024, snapshot_size: int = 64, twins: bool = False,
+        min_support_clients: int = 2, min_support_share: float = 0.5,
     ) -> None:
         if not -1.0 <= sim_threshold <= 1.0:
             raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
@@ -103,6 +114,9 @@ class GlobalRuleRepository:
         for name, v in caps.items():
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        #: holders and raters of each rule (who may rate it, whose ratings may rank it)
+        self.electorate = Electorate(min_clients=min_support_clients,
+                                     min_share=min_support_share)
         self.embedder = embedder
         self.sim_threshold = float(sim_threshold)
         self.id_prefix = id_prefix
@@ -173,49 +187,55 @@ class GlobalRuleRepository:
     # ------------------------------------------------------------------ feedback (§3.3–3.4)
 
     def apply_feedback(
-        self, feedback_by_client: Mapping[str, Sequence[RuleFeedback]]
+        self, feedback_by_client: Mapping[str, Sequence[RuleFeedback]], *,
+        check_held: bool = False, max_triggers: Mapping[str, int] | None = None,
     ) -> FeedbackReport:
-        """Update H-scores from ``F^t`` (DESIGN §3.3–3.4).
+        """Update H-scores from ``F^t`` (DESIGN §3.3–3.4, :mod:`~pfedma_flwr.rules.feedback`).
 
         Each client counts once per rule: its rows for one id (after merge aliases) are summed
-        before scoring. Rows with ``Δn_trigger = 0`` are not evaluable and are ignored; unknown
-        ids are reported, not fatal. Rules without evaluable feedback keep ``(H, N)``.
+        before scoring. Rows with ``Δn_trigger = 0`` are not evaluable and are ignored, rows for
+        query-scope rules too (the server rates those, :meth:`apply_server_feedback`); with
+        ``check_held`` only rules sent to the client count, and with ``max_triggers`` a summed
+        trigger count above the client's responses is not believed. Unknown ids are reported,
+        not fatal. Rules without evaluable feedback keep ``(H, N)``.
         """
         index = {r.rule_id: k for k, r in enumerate(self._rules)}
-        scores: dict[str, list[float]] = {}
-        unknown: set[str] = set()
-        n_rows = ignored = 0
-        for client in sorted(feedback_by_client):
-            per_rule: dict[str, list[int]] = {}
-            for row in feedback_by_client[client]:
-                n_rows += 1
-                rid = self._aliases.get(row.rule_id, row.rule_id)
-                if rid not in index:
-                    unknown.add(row.rule_id)
-                    continue
-                acc = per_rule.setdefault(rid, [0, 0, 0])
-                acc[0] += row.d_trigger
-                acc[1] += row.d_valid
-                acc[2] += row.d_conflict
-            for rid, (dt, dv, dc) in per_rule.items():
-                if dt <= 0:
-                    ignored += 1
-                    continue
-                scores.setdefault(rid, []).append(feedback_score(dt, dv, dc))
-        for rid, s in scores.items():
-            k = index[rid]
-            h, n = update_h_score(self._rules[k].h_score, self._rules[k].n_evals, s)
-            self._rules[k] = dataclasses.replace(self._rules[k], h_score=h, n_evals=n)
-        if unknown:
-            logger.warning("feedback for %d unknown global rule id(s) ignored", len(unknown))
+        tally = client_scores(
+            feedback_by_client,
+            resolve_id=lambda rid: (lambda a: a if a in index else None)(
+                self._aliases.get(rid, rid)),
+            scope_of=lambda rid: self._rules[index[rid]].scope,
+            held=self.electorate.holds if check_held else None, max_triggers=max_triggers)
+        for rid, scored in tally.scores.items():
+            self._score(index[rid], [s for _, s in scored], [c for c, _ in scored])
+        if tally.unknown:
+            logger.warning("feedback for %d unknown global rule id(s) ignored", len(tally.unknown))
         return FeedbackReport(
             n_clients=len(feedback_by_client),
-            n_rows=n_rows,
-            n_scores=sum(len(s) for s in scores.values()),
-            updated=tuple(sorted(scores)),
-            unknown=tuple(sorted(unknown)),
-            ignored_zero=ignored,
+            n_rows=tally.n_rows,
+            n_scores=sum(len(s) for s in tally.scores.values()),
+            updated=tuple(sorted(tally.scores)),
+            # the round log lists a bounded excerpt of at most 16 (a client may send 512)
+            unknown=tuple(short_id(u) for u in sorted(tally.unknown)[:16]),
+            n_unknown=len(tally.unknown),
+            ignored_zero=tally.ignored.get("zero_trigger", 0),
+            ignored=dict(sorted(tally.ignored.items())),
         )
+
+    def apply_server_feedback(self, fired: Mapping[str, int]) -> list[str]:
+        """H-scores of the query rules ``P_in`` applied this round (the server rates them)."""
+        index = {r.rule_id: k for k, r in enumerate(self._rules)}
+        ids = {self._aliases.get(rid, rid): n for rid, n in fired.items()}
+        scores = server_scores(ids, [r for r in index if self._rules[index[r]].scope == "query"])
+        for rid, s in scores.items():
+            self._score(index[rid], s, [SERVER_RATER])
+        return sorted(scores)
+
+    def _score(self, k: int, scores: Sequence[float], raters: Sequence[str]) -> None:
+        rule = self._rules[k]
+        h, n = update_h_score(rule.h_score, rule.n_evals, scores)
+        self._rules[k] = dataclasses.replace(rule, h_score=h, n_evals=n)
+        self.electorate.rated(rule.rule_id, raters)
 
     # ------------------------------------------------------------------ promotion + Resolve
 
@@ -234,9 +254,14 @@ class GlobalRuleRepository:
             )
         pool_emb = np.asarray(pool.embeddings, dtype=np.float32)
         pool_sims = pool_emb @ pool_emb.T  # the pool's one similarity matrix: ζ and the stats
-        zeta = _support_from_sims(pool_sims, self.sim_threshold)
+        # ζ over distinct contributors: a client's candidates count once however worded
+        supporters = owner_support(pool_sims, pool.owners, self.sim_threshold)
+        zeta = supporters / max(1, len(set(pool.owners)) - 1)
         chosen, refused = admit(
-            promote(zeta), pool, {(r.text, spec_key(r)) for r in self._rules},
+            promote_supported(zeta, supporters, len(set(pool.owners)),
+                              min_clients=self.electorate.min_clients,
+                              min_share=self.electorate.min_share),
+            pool, {(text_key(r.text), spec_key(r)) for r in self._rules},
             room=self.max_rules - len(self._rules), per_round=self.max_promotions_per_round,
             per_client=self.max_promotions_per_client)
         if refused:
@@ -259,7 +284,8 @@ class GlobalRuleRepository:
         ]
         # Promotion (L2G) and feedback (full: adopted rules leave nothing uncovered to upload)
         # both show a response rule holds across clients; P_in then gets its twin.
-        twins = new_twins(new_rules + confirmed(self._rules), self._rules) if self.twins else []
+        trusted = [r for r in self._rules if self.electorate.credible(r.rule_id)]
+        twins = new_twins(new_rules + confirmed(trusted), self._rules) if self.twins else []
         rows = self._rules + new_rules + twins
         emb = np.vstack([self._emb, pool_emb[chosen]]) if chosen else self._emb
         if twins:
@@ -272,6 +298,8 @@ class GlobalRuleRepository:
             [r.n_evals for r in rows],
             threshold=self.sim_threshold,
             groups=[r.scope for r in rows],
+            credible=[self.electorate.credible(r.rule_id) if r.rule_id else False
+                      for r in rows],
         )
 
         was_active = {r.rule_id for r in self._rules if r.active}
@@ -296,7 +324,9 @@ class GlobalRuleRepository:
             )
         for i in range(n_old):  # existing rules merged into an older equivalent
             if res.rep[i] != i:
-                self._aliases[rows[i].rule_id] = rows[int(res.rep[i])].rule_id
+                into = rows[int(res.rep[i])].rule_id
+                self._aliases[rows[i].rule_id] = into
+                self.electorate.merge(rows[i].rule_id, into)
         self._aliases = {a: self._aliases.get(b, b) for a, b in self._aliases.items()}
         self._rules = kept
         self._emb = emb[res.representatives]
@@ -326,16 +356,17 @@ class GlobalRuleRepository:
         Ids are re-assigned from this repository's counter; a rule equivalent (same text and
         spec) to a stored one is skipped, so seeding a resumed repository adds nothing.
         """
-        have = {(r.text, spec_key(r)) for r in self._rules}
+        have = {(text_key(r.text), spec_key(r)) for r in self._rules}
         new = []
         for g in rules:
             check_detectors(g.entity_types, g.patterns)
-            if (g.text, spec_key(g)) in have or len(self._rules) + len(new) >= self.max_rules:
+            if (text_key(g.text), spec_key(g)) in have or \
+                    len(self._rules) + len(new) >= self.max_rules:
                 continue
             self._next_id += 1
             new.append(dataclasses.replace(g, rule_id=f"{self.id_prefix}{self._next_id}",
                                            h_score=0.0, n_evals=0, active=True, created_round=0))
-            have.add((g.text, spec_key(g)))
+            have.add((text_key(g.text), spec_key(g)))
         if new:
             emb = np.asarray(self.embedder.encode([r.text for r in new]), dtype=np.float32)
             self._rules.extend(new)
@@ -355,6 +386,7 @@ class GlobalRuleRepository:
             "caps": {"max_promotions_per_round": self.max_promotions_per_round,
                      "max_promotions_per_client": self.max_promotions_per_client,
                      "max_rules": self.max_rules, "snapshot_size": self.snapshot_size},
+            "electorate": self.electorate.to_dict(),
             "quarantined": dict(self._quarantined),
             "twins": self.twins,
             "rules": [r.to_dict() for r in self._rules],
@@ -377,6 +409,8 @@ class GlobalRuleRepository:
             caps = {str(k): int(v) for k, v in dict(d.get("caps", {})).items()}
             repo = cls(embedder=embedder, sim_threshold=float(d["sim_threshold"]),
                        id_prefix=d["id_prefix"], twins=bool(d.get("twins", False)), **caps)
+            if "electorate" in d:  # a checkpoint of an older version has none
+                repo.electorate = Electorate.from_dict(d["electorate"])
             repo._next_id = int(d["next_id"])
             repo._aliases = {str(a): str(b) for a, b in dict(d["aliases"]).items()}
             repo._quarantined = {str(a): str(b)[:40]

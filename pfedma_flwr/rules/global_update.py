@@ -44,6 +44,11 @@ class FeedbackReport:
     updated: tuple[str, ...]
     unknown: tuple[str, ...]
     ignored_zero: int
+    #: rows (or rule scores) not counted, per reason: zero_trigger, query_scope, not_held,
+    #: implausible (rules/feedback.py)
+    ignored: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: unknown ids in all (``unknown`` lists at most 16, as bounded excerpts)
+    n_unknown: int = 0
 
 
 @dataclass(frozen=True)

@@ -133,9 +133,10 @@ class LocalRuleRepository:
             e.active = False
 
     def begin_message(self, budget_s: float = MESSAGE_MATCH_BUDGET_S) -> MatchBudget:
-        """Start one message's pattern-matching budget, shared by every :meth:`process` call.
+        """Start a pattern-matching budget, shared by every :meth:`process` call until the next.
 
-        :meth:`adapt` (called once at the start of every message) starts one too.
+        :meth:`adapt` starts its own; the agent starts one after generation, so the time a
+        model takes is never charged to the rules (issue 30).
         """
         self._budget = MatchBudget(budget_s)
         return self._budget
@@ -324,7 +325,8 @@ class LocalRuleRepository:
     ) -> AdaptReport:
         """Selective global-to-local adaptation (DESIGN §3.6, seed App. F).
 
-        Starts the message's matching budget (:meth:`begin_message`). At most
+        Starts the message's matching budget (:meth:`begin_message`). Query-scope rules are
+        left out (the server's ``P_in`` applies them). At most
         :data:`MAX_ADOPTED_GLOBAL` active global rules are considered, in the given order; one
         whose detectors fail :func:`~pfedma_flwr.rules.model.check_detectors` is quarantined.
         Global copies not in ``global_rules`` are stale and dropped (what they displaced is
@@ -340,6 +342,9 @@ class LocalRuleRepository:
         self.begin_message()
         if not self.mode.adopt:
             return AdaptReport(disabled=True)
+        # Query rules act in the server's P_in only: a client never enforces them, so it
+        # neither stores nor evaluates them (issue 30: they took adaptation budget for nothing)
+        global_rules = [g for g in global_rules if g.scope != "query"]
         todo: list[GlobalRule] = []
         for g in global_rules:
             if not g.active or f"g:{g.rule_id}" in self._quarantined:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -21,6 +22,7 @@ import regex
 
 from pfedma_flwr.protocol.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
 from pfedma_flwr.rules.guard_catalogue import GUARD_CATEGORY, GUARD_SCOPE, catalogue_problem
+from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, original_span
 from pfedma_flwr.rules.safety import (
     MATCH_TIMEOUT_S,
     MAX_PATTERN_CHARS,
@@ -107,11 +109,13 @@ def placeholder_kind(rule: PrivacyRule) -> str:
     return category_tag(cat if cat in SHARED_CATEGORIES else DEFAULT_CATEGORY)
 
 
-def check_detectors(entity_types: Sequence[str], patterns: Sequence[str]) -> None:
+def check_detectors(entity_types: Sequence[str], patterns: Sequence[str], *,
+                    shared: bool = True) -> None:
     """Raise ``ValueError`` naming the first unusable shared detector (count, name or pattern).
 
     The check every rule passes where it enters a node (candidates on the server, global rules
-    on a client, rules read back from a checkpoint or state file).
+    on a client, rules read back from a checkpoint or state file); a client's own local rule
+    passes it with ``shared=False`` (:func:`~pfedma_flwr.rules.safety.check_pattern`).
     """
     if len(entity_types) > MAX_ENTITY_TYPES:
         raise ValueError(f"{len(entity_types)} entity types exceed {MAX_ENTITY_TYPES}")
@@ -121,12 +125,16 @@ def check_detectors(entity_types: Sequence[str], patterns: Sequence[str]) -> Non
     if len(patterns) > MAX_PATTERNS_PER_RULE:
         raise ValueError(f"{len(patterns)} patterns exceed {MAX_PATTERNS_PER_RULE}")
     for p in patterns:
-        check_pattern(p)
+        check_pattern(p, shared=shared)
 
 
 def compile_pattern(pattern: str) -> regex.Pattern[str]:
-    """A pattern's compiled bounded rewrite; ``UnsafePatternError`` (a ``ValueError``) if unsafe."""
-    return check_pattern(pattern).compiled
+    """A pattern's compiled bounded rewrite; ``UnsafePatternError`` (a ``ValueError``) if unsafe.
+
+    Every rule was checked where it entered (shared ones by shape); compiling needs only the
+    local check, which every checked pattern passes.
+    """
+    return check_pattern(pattern, shared=False).compiled
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,7 +212,10 @@ class PrivacyRule:
         if self.origin == "global" and self.literals:
             raise ValueError(f"rule {self.rule_id!r}: a global rule cannot hold literals")
         try:
-            check_detectors(self.entity_types, self.patterns)
+            # a safety rule's patterns never redact (they measure relevance) and only the
+            # catalogue's exist (checked below), so they skip the task-text probe
+            check_detectors(self.entity_types, self.patterns,
+                            shared=self.origin != "local" and self.scope != GUARD_SCOPE)
         except ValueError as e:
             raise ValueError(f"rule {self.rule_id!r} rejected: {e}") from None
         # a safety rule's text reaches the model's prompt: only the catalogue's rules exist
@@ -280,7 +291,7 @@ def load_rule_lenient(payload: Any) -> PrivacyRule:
     kept = []
     for p in payload["patterns"]:
         try:
-            check_pattern(p)
+            check_pattern(p, shared=payload.get("origin", "local") != "local")
         except ValueError:
             continue
         kept.append(p)
@@ -340,7 +351,8 @@ def find_spans(
     Raises
     ------
     PatternTimeoutError
-        A pattern ran past :data:`MATCH_TIMEOUT_S` (the rule is at fault).
+        A pattern ran past :data:`MATCH_TIMEOUT_S`, or the rule spent its own share of
+        ``budget`` (the rule is at fault: its owner quarantines it).
     BudgetExhaustedError
         The message's budget ran out before or during this rule's patterns.
     """
@@ -357,24 +369,39 @@ def find_spans(
             Span(s.start, s.end, s.entity_type) for s in pii_spans if s.entity_type in wanted
         )
     tag = placeholder_kind(rule)
+    # Patterns and literals see the normal form (NFKC, no invisible characters): a long s or
+    # a zero-width space must not hide a match; spans are mapped back to ``text``.
+    norm, starts = normalized_with_map(text) if rule.patterns or rule.literals else (text, ())
+
+    def span(a: int, b: int) -> Span:
+        s, e = original_span(starts, len(text), a, b)
+        return Span(s, e, tag)
+
     for p in rule.patterns:
-        timeout = budget.timeout() if budget is not None else MATCH_TIMEOUT_S
+        compiled = compile_pattern(p)  # checked once per process (cached), never timed here
+        timeout, shared = budget.bound(rule.rule_id) if budget is not None else \
+            (MATCH_TIMEOUT_S, False)
+        t0 = time.perf_counter()
         try:
             found.update(
-                Span(m.start(), m.end(), tag)
-                for m in compile_pattern(p).finditer(text, timeout=timeout)
+                span(m.start(), m.end())
+                for m in compiled.finditer(norm, timeout=timeout)
                 if m.end() > m.start()
             )
         except TimeoutError:
-            if timeout < MATCH_TIMEOUT_S:
+            if shared:
                 # Cut short by the message's deadline, not by its own cost.
                 raise BudgetExhaustedError(
                     f"rule {rule.rule_id!r}: message matching budget exhausted") from None
             raise PatternTimeoutError(
-                f"rule {rule.rule_id!r}: pattern timed out after {MATCH_TIMEOUT_S}s"
+                f"rule {rule.rule_id!r}: pattern timed out after {timeout:.3g}s (its own cost)"
             ) from None
+        finally:
+            if budget is not None:
+                budget.charge(rule.rule_id, time.perf_counter() - t0)
     for lit in rule.literals:
-        found.update(Span(m.start(), m.end(), tag) for m in literal_regex(lit).finditer(text))
+        found.update(span(m.start(), m.end())
+                     for m in literal_regex(normalize_text(lit)).finditer(norm))
     return sorted(found)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pfedma_flwr.protocol.schema import ClientReply, ProcessedResponse
 from pfedma_flwr.rules.model import literal_regex
+from pfedma_flwr.rules.normalize import normalize_text
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +42,11 @@ def _strings(value: Any) -> Iterator[str]:
 def holds_secret(payload: Any, secrets: Sequence[str]) -> bool:
     """Whether any string inside ``payload`` (a JSON-ready value) contains one of ``secrets``.
 
-    Matching is that of literal rules (case-insensitive, word-bounded at word characters).
+    Matching is that of literal rules (case-insensitive, word-bounded at word characters), on
+    the normal form of both (a zero-width space inside a secret does not hide it).
     """
-    texts = list(_strings(payload))
-    return any(literal_regex(s).search(t) for s in secrets for t in texts)
+    texts = [normalize_text(t) for t in _strings(payload)]
+    return any(literal_regex(normalize_text(s)).search(t) for s in secrets for t in texts)
 
 
 def client_secrets(sensitive_items: Iterable[str], literals: Iterable[str]) -> list[str]:
@@ -80,7 +82,7 @@ def check_outgoing(reply: ClientReply, secrets: Sequence[str]) -> tuple[ClientRe
         if holds_secret(r.to_dict(), secrets):
             n_resp += 1
             responses.append(ProcessedResponse(r.query_id, None, refused=True, error=BLOCKED,
-                                               tokens=r.tokens))
+                                               tokens=r.tokens, round=r.round))
         else:
             responses.append(r)
     cands = tuple(c for c in reply.candidates if not holds_secret(c.to_dict(), secrets))

@@ -7,8 +7,11 @@ Pure functions over arrays and dataclasses (DESIGN §3.1–3.4, seed App. F). Th
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +19,11 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import RuleCandidate
 from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.model import check_detectors
+from pfedma_flwr.rules.normalize import normalize_text, text_key
+from pfedma_flwr.rules.probe import entity_problem
+
+if TYPE_CHECKING:
+    from pfedma_flwr.rules.pii import PiiRecognizer
 
 #: Absorbs float32 rounding, so a pair whose cosine is exactly the threshold counts as similar.
 SIM_EPS = 1e-6
@@ -51,8 +59,9 @@ class CandidatePool:
     beyond a client's per-round cap. ``owners[k]`` is an anonymous contributor index (the same
     for candidates of one client; no client id) for the per-client promotion cap, and
     ``problems[k]`` is ``""`` for a usable candidate or why its detectors cannot run anywhere
-    (:func:`~pfedma_flwr.rules.model.check_detectors`): such a candidate still counts in
-    ``|B^t|`` (support is over texts) but is never promoted.
+    or would alter task text or answers (:func:`candidate_problem`): such a candidate still
+    counts in ``|B^t|`` (support is over texts) but is never promoted. ``unsafe_by_client``
+    counts those per source client for the round log (promotion never reads it).
     """
 
     candidates: tuple[RuleCandidate, ...]
@@ -62,6 +71,7 @@ class CandidatePool:
     owners: tuple[int, ...] = ()
     problems: tuple[str, ...] = ()
     n_capped: int = 0
+    unsafe_by_client: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.embeddings.ndim != 2 or self.embeddings.shape[0] != len(self.candidates):
@@ -96,13 +106,17 @@ def build_candidate_pool(
     sim_threshold: float = 0.9,
     rng: np.random.Generator,
     max_per_client: int = MAX_CANDIDATES_PER_CLIENT,
+    recognizer: PiiRecognizer | None = None,
 ) -> CandidatePool:
     """``B^t``: retained clients' candidates, ≤ 1 per client per semantic cluster, ids stripped.
 
-    Implements DESIGN §3.1 / seed App. F. Clients are visited in sorted order and each keeps,
-    in upload order, a candidate only if it is below ``sim_threshold`` to every candidate it
-    already kept, and at most ``max_per_client`` of them (one client cannot flood the pool).
-    All candidates are encoded in one call; the pool is then permuted with ``rng``.
+    Implements DESIGN §3.1 / seed App. F. Candidate texts are put in normal form first
+    (:func:`clean_text`: a zero-width space does not make a new text). Clients are visited in
+    sorted order and each keeps, in upload order, a candidate only if it is below
+    ``sim_threshold`` to every candidate it already kept, and at most ``max_per_client`` of
+    them (one client cannot flood the pool). All candidates are encoded in one call; the pool
+    is then permuted with ``rng``. ``recognizer`` (the server's) probes entity types
+    (:func:`candidate_problem`).
     """
     if not -1.0 <= sim_threshold <= 1.0:
         raise ValueError(f"sim_threshold must be in [-1, 1], got {sim_threshold}")
@@ -115,7 +129,7 @@ def build_candidate_pool(
         for cand in candidates_by_client[c]:
             if not isinstance(cand, RuleCandidate):
                 raise ValueError(f"client {c!r} uploaded a {type(cand).__name__}, not a candidate")
-            flat.append(cand)
+            flat.append(dataclasses.replace(cand, text=clean_text(cand.text)))
             owner.append(k)
     if not flat:
         return CandidatePool.empty(embedder.dim)
@@ -134,28 +148,46 @@ def build_candidate_pool(
                 kept.append(int(i))
         keep.extend(kept)
     order = np.asarray(keep)[rng.permutation(len(keep))]
+    problems = {i: candidate_problem(flat[i], recognizer) for i in keep}
+    unsafe: dict[str, int] = {}
+    for i, why in problems.items():
+        if why:
+            unsafe[clients[owner[i]]] = unsafe.get(clients[owner[i]], 0) + 1
     return CandidatePool(
         candidates=tuple(flat[i] for i in order),
         embeddings=emb[order],
         n_contributors=len({owner[i] for i in keep}),
         n_dropped=len(flat) - len(keep) - n_capped,
         owners=tuple(owner[i] for i in order),
-        problems=tuple(candidate_problem(flat[i]) for i in order),
+        problems=tuple(problems[int(i)] for i in order),
         n_capped=n_capped,
+        unsafe_by_client=dict(sorted(unsafe.items())),
     )
 
 
-def candidate_problem(candidate: RuleCandidate) -> str:
-    """``""`` if a candidate's detectors can run on every node, else the reason (short)."""
+def clean_text(text: str) -> str:
+    """A rule text in normal form with single spaces (what is embedded and stored)."""
+    return " ".join(normalize_text(text).split())
+
+
+def candidate_problem(candidate: RuleCandidate, recognizer: PiiRecognizer | None = None) -> str:
+    """``""`` if a candidate is usable, else the reason (short).
+
+    Its detectors must run on every node (:func:`~pfedma_flwr.rules.model.check_detectors`:
+    each pattern is probed on real task text, numbers and bare answers), and its entity types
+    must not alter a bare answer (response scope) or task text (query scope) under
+    ``recognizer`` (:func:`~pfedma_flwr.rules.probe.entity_problem`).
+    """
+    if candidate.scope == GUARD_SCOPE:
+        # a safety rule never redacts (its patterns measure relevance) and reaches other
+        # clients' prompts: the fixed catalogue only, checked whole
+        return catalogue_problem(candidate.text, candidate.category, candidate.action,
+                                 candidate.entity_types, candidate.patterns)
     try:
         check_detectors(candidate.entity_types, candidate.patterns)
     except ValueError as e:
         return str(e)[:200]
-    if candidate.scope == GUARD_SCOPE:
-        # a safety rule reaches other clients' prompts: the fixed catalogue only
-        return catalogue_problem(candidate.text, candidate.category, candidate.action,
-                                 candidate.entity_types, candidate.patterns)
-    return ""
+    return entity_problem(candidate.entity_types, candidate.scope, recognizer)[:200]
 
 
 def _support_from_sims(sims: np.ndarray, threshold: float) -> np.ndarray:
@@ -205,6 +237,39 @@ def promote(zeta: np.ndarray) -> list[int]:
     return [int(i) for i in np.flatnonzero(z == top)]
 
 
+def owner_support(sims: np.ndarray, owners: Sequence[int], threshold: float = 0.9
+                  ) -> np.ndarray:
+    """Per candidate, the number of *other contributors* with a candidate at cos ≥ threshold.
+
+    A client's candidates count once however they are worded (issue 30): two paraphrases of
+    one client support another client's candidate as one supporter, and never each other.
+    """
+    n = sims.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    own = np.asarray(owners)
+    similar = (sims >= threshold - SIM_EPS) & (own[:, None] != own[None, :])
+    return np.array([len(set(own[similar[i]].tolist())) for i in range(n)], dtype=np.int64)
+
+
+def promote_supported(
+    zeta: np.ndarray, supporters: np.ndarray, n_contributors: int, *,
+    min_clients: int = 2, min_share: float = 0.5,
+) -> list[int]:
+    """``G^t`` (:func:`promote`) restricted to candidates backed by enough distinct clients.
+
+    A candidate and its ``supporters[i]`` other contributors must be at least ``min_clients``
+    clients and at least ``min_share`` of the ``n_contributors`` clients that uploaded (issue
+    30: one client's singleton pool promoted an answer-redacting rule to every client).
+    ``min_clients = 1, min_share = 0`` is the seed's rule (a singleton pool promotes).
+    """
+    if min_clients < 1 or not 0.0 <= min_share <= 1.0:
+        raise ValueError(f"need min_clients >= 1 and min_share in [0, 1], got {min_clients}, "
+                         f"{min_share}")
+    need = max(min_clients, math.ceil(min_share * n_contributors - 1e-9))
+    return [i for i in promote(zeta) if int(supporters[i]) + 1 >= need]
+
+
 def admit(
     promoted: Sequence[int],
     pool: CandidatePool,
@@ -216,8 +281,9 @@ def admit(
 ) -> tuple[list[int], dict[str, int]]:
     """The promoted pool indices admitted as rules, in pool order, and refusals per reason.
 
-    A candidate whose ``(text, spec)`` is ``known`` (already a rule, or admitted just before)
-    is admitted without counting: it merges into that rule. Each new one needs detectors that
+    A candidate whose ``(text_key, spec)`` is ``known`` (already a rule, or admitted just
+    before; :func:`~pfedma_flwr.rules.normalize.text_key`) is admitted without counting: it
+    merges into that rule. Each new one needs detectors that
     run anywhere (``invalid``), its contributor below ``per_client`` new rules this round,
     fewer than ``room`` new rules in total (``full``) and fewer than ``per_round``.
     """
@@ -228,8 +294,8 @@ def admit(
     n_new = 0
     for i in promoted:
         c = pool.candidates[i]
-        key = (c.text, (c.scope, c.action, tuple(sorted(set(c.entity_types))),
-                        tuple(sorted(set(c.patterns)))))
+        key = (text_key(c.text), (c.scope, c.action, tuple(sorted(set(c.entity_types))),
+                                  tuple(sorted(set(c.patterns)))))
         if key in seen:
             admitted.append(i)
             continue

@@ -43,6 +43,7 @@ def resolve(
     *,
     threshold: float = 0.9,
     groups: Sequence[Hashable] | None = None,
+    credible: Sequence[bool] | None = None,
 ) -> ResolveResult:
     """``Resolve`` (DESIGN §3.5): cluster, merge equivalents, pick one active rule per cluster.
 
@@ -53,7 +54,10 @@ def resolve(
     representative's ``H`` when all ``N`` are 0). The active representative is ``argmax H``,
     ties going to the older rule; the others stay, inactive. With ``groups`` (e.g. the rule
     scopes), rows of different groups never share a cluster: a query rule and a response rule
-    of one constraint act in different places and must not switch each other off.
+    of one constraint act in different places and must not switch each other off. With
+    ``credible`` (issue 30), a representative none of whose merged rows has a credible H
+    (:func:`~pfedma_flwr.rules.feedback.credible`) ranks at H = 0: a minority's ratings
+    cannot switch the active rule.
     """
     e = np.asarray(embeddings, dtype=np.float32)
     m = e.shape[0] if e.ndim == 2 else -1
@@ -84,9 +88,16 @@ def resolve(
     is_rep = rep == np.arange(m)
     new_h = np.where(is_rep & (n_sum > 0), hn_sum / np.maximum(n_sum, 1), hh)
     new_n = np.where(is_rep, n_sum, nn).astype(np.int64)
+    rank_h = new_h
+    if credible is not None:
+        if len(credible) != m:
+            raise ValueError("resolve: credible must have one entry per row")
+        trusted = np.bincount(rep, weights=np.asarray(credible, dtype=np.float64),
+                              minlength=m) > 0
+        rank_h = np.where(trusted, new_h, 0.0)
     # argmax H per cluster, ties -> older: sort reps by (cluster, -H, age) and take the first.
     reps = np.flatnonzero(is_rep)
-    order = reps[np.lexsort((reps, -new_h[reps], cluster[reps]))]
+    order = reps[np.lexsort((reps, -rank_h[reps], cluster[reps]))]
     head = np.ones(len(order), dtype=bool)
     head[1:] = cluster[order][1:] != cluster[order][:-1]
     active = np.zeros(m, dtype=bool)

@@ -16,9 +16,13 @@ a small grammar before it is compiled (:func:`check_pattern`), so that what runs
   (``\w+\d``: a ``\d`` is a ``\w``) can be re-split at every length; the product of such repeat
   widths, alternation branches and optional groups (an upper bound on the ways one start
   position can be tried) must stay at or below :data:`MAX_PATHS`.
+- **Normal form.** Text is matched in NFKC form without invisible characters
+  (:mod:`~pfedma_flwr.rules.normalize`), so a pattern must be written in that form (a long s or
+  a zero-width space in a pattern is refused, ``unnormalized``).
 - **Not too broad.** A pattern that can match the empty string, or that matches anything in
-  :data:`PROBE_TEXT` (ordinary English, word problems, a clinical vignette, option lines, drug
-  names, plain numbers, whitespace-free tokens), would redact task content; it is rejected.
+  the probe corpus (:mod:`~pfedma_flwr.rules.probe`: a sample of every benchmark's task text
+  with option lines, numbers of every shape, bare answers, ``X_i``-shaped items, and
+  :data:`PROBE_TEXT`), would redact task content or answers; it is rejected.
 
 What remains runs under :class:`MatchBudget`: a per-match timeout and one deadline for all
 patterns of a message, so a pattern that is slow anyway costs a bounded, reported amount of time.
@@ -32,15 +36,19 @@ from dataclasses import dataclass, field
 
 import regex
 
+from pfedma_flwr.rules.normalize import is_normalized
+from pfedma_flwr.rules.pattern_grammar import MAX_EXPLICIT_REPEAT as MAX_EXPLICIT_REPEAT
+from pfedma_flwr.rules.pattern_grammar import MAX_PATHS, _Node, _Parser, _paths, _render, _widen
+from pfedma_flwr.rules.pattern_grammar import MAX_REPEAT as MAX_REPEAT
+from pfedma_flwr.rules.pattern_grammar import UnsafePatternError as UnsafePatternError
+from pfedma_flwr.rules.probe import first_hit, probe_corpus, shape_texts
+
 MAX_PATTERN_CHARS = 500
 MAX_PATTERNS_PER_RULE = 8
-#: ``+`` / ``*`` / ``{m,}`` are matched as ``{1,64}`` / ``{0,64}`` / ``{m,m+64}``.
-MAX_REPEAT = 64
-MAX_EXPLICIT_REPEAT = 255
-#: Upper bound on the ways the engine can try one start position (see module docstring).
-MAX_PATHS = 256
 #: Per-match budget; texts are capped by ``Limits.max_text_chars`` so honest patterns finish in µs.
 MATCH_TIMEOUT_S = 0.05
+#: Matching one rule may spend in one message (all its patterns, all fields and responses).
+RULE_MATCH_BUDGET_S = 0.25
 
 #: Ordinary task text that no privacy pattern may touch (what P_in and P_resp must preserve).
 PROBE_TEXT = (
@@ -59,23 +67,6 @@ PROBE_TEXT = (
     "common. Über naïve café résumé — “quoted” text… 中文 ٣ Ωmega."
 )
 
-_CLASS_ESCAPES = frozenset("dDwWsS")
-_ANCHOR_ESCAPES = frozenset("bBAZ")
-_CONTROL_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v"}
-_META = frozenset("\\.^$|?*+()[]{}")
-#: Alphabet over which character sets are compared (ASCII plus representative non-ASCII).
-_ALPHABET = tuple(chr(c) for c in range(9, 127)) + tuple("éßÜΩ中٣\u00a0’“—…")
-
-
-class UnsafePatternError(ValueError):
-    """A rule pattern outside the safe subset; ``code`` is a fixed reason code."""
-
-    def __init__(self, code: str, pattern: str, detail: str) -> None:
-        excerpt = pattern if len(pattern) <= 60 else pattern[:57] + "..."
-        super().__init__(f"invalid rule pattern {excerpt!r} ({code}): {detail}")
-        self.code = code
-
-
 class PatternTimeoutError(ValueError):
     """A rule's pattern ran past its own per-match timeout (:data:`MATCH_TIMEOUT_S`)."""
 
@@ -86,248 +77,60 @@ class BudgetExhaustedError(PatternTimeoutError):
 
 @dataclass
 class MatchBudget:
-    """One deadline for all pattern matching of a message (all rules, all fields together).
+    """One deadline for all pattern matching of a message, and a share of it per rule.
 
     Parameters
     ----------
     seconds : float
-        Total wall-clock seconds that pattern matching may use from construction on.
+        Total wall-clock seconds that pattern matching may use from construction on. Start
+        one where the matching happens (after generation, not before it: issue 30 measured a
+        1 s budget spent by a 1.2 s generation, so no adopted pattern rule ever fired).
+    per_rule : float
+        Seconds of matching one rule may spend in the message (its own cost, charged by
+        :meth:`charge`); past it the rule is at fault (:class:`PatternTimeoutError`) and its
+        owner quarantines it, where the shared deadline only skips what is left.
     """
 
     seconds: float
+    per_rule: float = RULE_MATCH_BUDGET_S
     _deadline: float = field(init=False)
     spent_out: bool = field(default=False, init=False)
+    _spent: dict[str, float] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        if not self.seconds > 0:
-            raise ValueError(f"MatchBudget.seconds must be > 0, got {self.seconds}")
+        if not self.seconds > 0 or not self.per_rule > 0:
+            raise ValueError(f"MatchBudget seconds and per_rule must be > 0, got "
+                             f"{self.seconds}, {self.per_rule}")
         self._deadline = time.perf_counter() + self.seconds
 
     def remaining(self) -> float:
         """Seconds left (may be negative)."""
         return self._deadline - time.perf_counter()
 
-    def timeout(self) -> float:
-        """The timeout for the next match: the per-match cap or what is left, if less.
+    def timeout(self, rule_id: str | None = None) -> float:
+        """The timeout for ``rule_id``'s next match: the per-match cap or what is left, if less.
 
-        Raises :class:`BudgetExhaustedError` when nothing is left.
+        Raises :class:`BudgetExhaustedError` when the message's budget is spent and
+        :class:`PatternTimeoutError` when ``rule_id`` spent its own share.
         """
+        return self.bound(rule_id)[0]
+
+    def bound(self, rule_id: str | None = None) -> tuple[float, bool]:
+        """:meth:`timeout` and whether the message's deadline (not the rule's cost) binds it."""
         left = self.remaining()
         if left <= 0:
             self.spent_out = True
             raise BudgetExhaustedError("message pattern-matching budget exhausted")
-        return min(MATCH_TIMEOUT_S, left)
+        own = self.per_rule - self._spent.get(rule_id, 0.0) if rule_id else MATCH_TIMEOUT_S
+        if own <= 0:
+            raise PatternTimeoutError(f"rule {rule_id!r} spent its {self.per_rule}s of "
+                                      "matching in this message")
+        t = min(MATCH_TIMEOUT_S, own)
+        return (left, True) if left < t else (t, False)
 
-
-# --------------------------------------------------------------------------- parser
-
-
-@dataclass
-class _Node:
-    kind: str  # "char" | "anchor" | "group"
-    src: str
-    chars: frozenset[str] = frozenset()
-    branches: list[list[_Node]] = field(default_factory=list)
-    lo: int = 1
-    hi: int = 1
-
-    def first(self) -> frozenset[str]:
-        if self.kind == "char":
-            return self.chars
-        if self.kind == "group":
-            return frozenset().union(*(_seq_first(b) for b in self.branches))
-        return frozenset()
-
-    def nullable(self) -> bool:
-        if self.lo == 0 or self.kind == "anchor":
-            return True
-        return self.kind == "group" and any(_seq_nullable(b) for b in self.branches)
-
-
-def _seq_first(seq: list[_Node]) -> frozenset[str]:
-    out: frozenset[str] = frozenset()
-    for n in seq:
-        out |= n.first()
-        if not n.nullable():
-            break
-    return out
-
-
-def _seq_nullable(seq: list[_Node]) -> bool:
-    return all(n.nullable() for n in seq)
-
-
-class _Parser:
-    def __init__(self, pattern: str, flags: int) -> None:
-        self.p, self.i, self.flags = pattern, 0, flags
-
-    def fail(self, code: str, detail: str) -> UnsafePatternError:
-        return UnsafePatternError(code, self.p, f"{detail} (at offset {self.i})")
-
-    def peek(self) -> str:
-        return self.p[self.i] if self.i < len(self.p) else ""
-
-    def charset(self, src: str) -> frozenset[str]:
-        return _chars_of(src, self.flags)
-
-    def alternation(self, depth: int) -> list[list[_Node]]:
-        branches = [self.sequence(depth)]
-        while self.peek() == "|":
-            self.i += 1
-            branches.append(self.sequence(depth))
-        return branches
-
-    def sequence(self, depth: int) -> list[_Node]:
-        seq: list[_Node] = []
-        while self.peek() not in ("", "|", ")"):
-            node = self.atom(depth)
-            self.quantifier(node)
-            seq.append(node)
-        return seq
-
-    def atom(self, depth: int) -> _Node:
-        c = self.peek()
-        if c == "(":
-            return self.group(depth)
-        if c == "[":
-            return self.char_class()
-        if c == "\\":
-            return self.escape()
-        if c in "^$":
-            self.i += 1
-            return _Node("anchor", c)
-        if c in "?*+{":
-            raise self.fail("syntax", f"quantifier {c!r} with nothing to repeat")
-        if c == "]" or c == "}":
-            raise self.fail("syntax", f"unbalanced {c!r} (escape it)")
-        self.i += 1
-        src = "." if c == "." else regex.escape(c)
-        return _Node("char", src, self.charset(src))
-
-    def group(self, depth: int) -> _Node:
-        if depth >= 4:
-            raise self.fail("unsupported", "groups nest deeper than 4")
-        start = self.i
-        self.i += 1
-        head = "("
-        if self.p.startswith("?:", self.i):
-            self.i += 2
-            head = "(?:"
-        elif self.peek() == "?":
-            raise self.fail("unsupported", "only (...) and (?:...) groups are allowed "
-                            "(no lookaround, named, atomic or flag groups)")
-        branches = self.alternation(depth + 1)
-        if self.peek() != ")":
-            self.i = start
-            raise self.fail("syntax", "missing ')'")
-        self.i += 1
-        src = head + "|".join("".join(_render(n) for n in b) for b in branches) + ")"
-        return _Node("group", src, branches=branches)
-
-    def escape(self) -> _Node:
-        self.i += 1
-        c = self.peek()
-        if not c:
-            raise self.fail("syntax", "pattern ends with a backslash")
-        self.i += 1
-        if c in _CLASS_ESCAPES:
-            return _Node("char", "\\" + c, self.charset("\\" + c))
-        if c in _ANCHOR_ESCAPES:
-            return _Node("anchor", "\\" + c)
-        if c in _CONTROL_ESCAPES:
-            return _Node("char", "\\" + c, frozenset(_CONTROL_ESCAPES[c]))
-        if c.isalnum() or c == "_":
-            raise self.fail("unsupported", f"escape \\{c} (backreferences, \\p, \\x, \\N ... "
-                            "are outside the safe subset)")
-        src = regex.escape(c)
-        return _Node("char", src, self.charset(src))
-
-    def char_class(self) -> _Node:
-        start = self.i
-        self.i += 1
-        if self.peek() == "^":
-            self.i += 1
-        if self.peek() == "]":
-            raise self.fail("syntax", "empty or ']'-first class (write \\])")
-        while self.peek() != "]":
-            c = self.peek()
-            if not c:
-                self.i = start
-                raise self.fail("syntax", "missing ']'")
-            if c == "[":
-                raise self.fail("unsupported", "'[' inside a class (write \\[)")
-            if c == "\\":
-                e = self.p[self.i + 1 : self.i + 2]
-                if not e or (e.isalnum() and e not in _CLASS_ESCAPES and e not in _CONTROL_ESCAPES):
-                    raise self.fail("unsupported", f"escape \\{e} in a class")
-                self.i += 2
-            else:
-                self.i += 1
-        self.i += 1
-        src = self.p[start : self.i]
-        return _Node("char", src, self.charset(src))
-
-    def quantifier(self, node: _Node) -> None:
-        c = self.peek()
-        if c not in ("?", "*", "+", "{"):
-            return
-        if node.kind == "anchor":
-            raise self.fail("syntax", "an anchor cannot be repeated")
-        if c == "{":
-            m = regex.match(r"\{(\d{1,4})(?:(,)(\d{0,4}))?\}", self.p[self.i :])
-            if m is None:
-                raise self.fail("syntax", "malformed {m,n} repeat")
-            self.i += m.end()
-            lo = int(m.group(1))
-            hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else lo + MAX_REPEAT)
-        else:
-            self.i += 1
-            lo, hi = {"?": (0, 1), "*": (0, MAX_REPEAT), "+": (1, MAX_REPEAT)}[c]
-        if self.peek() in ("?", "+"):
-            raise self.fail("unsupported", "lazy or possessive quantifiers")
-        if lo > hi or hi > MAX_EXPLICIT_REPEAT:
-            raise self.fail("repeat_too_large",
-                            f"repeat {{{lo},{hi}}} (needs m <= n <= {MAX_EXPLICIT_REPEAT})")
-        if node.kind == "group" and (lo, hi) not in ((0, 1), (1, 1)):
-            raise self.fail("quantified_group",
-                            "a repeated group nests quantifiers (catastrophic backtracking "
-                            "risk); only '?' may follow a group: repeat single characters")
-        node.lo, node.hi = lo, hi
-
-
-def _render(n: _Node) -> str:
-    if (n.lo, n.hi) == (1, 1):
-        return n.src
-    if (n.lo, n.hi) == (0, 1):
-        return n.src + "?"
-    return n.src + (f"{{{n.lo}}}" if n.lo == n.hi else f"{{{n.lo},{n.hi}}}")
-
-
-@functools.lru_cache(maxsize=4096)
-def _chars_of(src: str, flags: int) -> frozenset[str]:
-    try:
-        compiled = regex.compile(src, flags | regex.VERSION0)
-    except regex.error as e:  # e.g. a reversed range [z-a]
-        raise UnsafePatternError("syntax", src, str(e)) from None
-    return frozenset(c for c in _ALPHABET if compiled.fullmatch(c))
-
-
-def _paths(seq: list[_Node], follow: frozenset[str]) -> int:
-    """Upper bound on the ways a start position can be tried (see the module docstring)."""
-    total = 1
-    for k, n in enumerate(seq):
-        after = _seq_first(seq[k + 1 :])
-        if _seq_nullable(seq[k + 1 :]):
-            after |= follow
-        if n.kind == "char" and n.hi > n.lo and n.chars & after:
-            total *= n.hi - n.lo + 1
-        elif n.kind == "group":
-            total *= len(n.branches) * (2 if n.lo == 0 else 1)
-            for b in n.branches:
-                total *= _paths(b, after)
-        if total > MAX_PATHS:
-            return total
-    return total
+    def charge(self, rule_id: str, seconds: float) -> None:
+        """Add ``seconds`` of matching to ``rule_id``'s own cost in this message."""
+        self._spent[rule_id] = self._spent.get(rule_id, 0.0) + max(0.0, seconds)
 
 
 @dataclass(frozen=True)
@@ -339,17 +142,27 @@ class CheckedPattern:
 
 
 @functools.lru_cache(maxsize=4096)
-def check_pattern(pattern: str) -> CheckedPattern:
-    """Parse, bound and probe a rule pattern; raise :class:`UnsafePatternError` with a code.
+def check_pattern(pattern: str, *, shared: bool = True) -> CheckedPattern:
+    r"""Parse, bound and probe a rule pattern; raise :class:`UnsafePatternError` with a code.
 
-    Codes: ``empty``, ``too_long``, ``syntax``, ``unsupported``, ``quantified_group``,
-    ``repeat_too_large``, ``ambiguous``, ``matches_empty``, ``too_broad``, ``slow``.
+    ``shared`` (every pattern that crosses a node: candidates, global rules) probes it by
+    shape; a client's own local rule (``shared=False``) acts on that client's responses only
+    and is probed on the corpus text as written, so a pattern for a name the client protects
+    (``(?i)ann\s+lee``) stays usable there.
+
+    Codes: ``empty``, ``too_long``, ``unnormalized``, ``syntax``, ``unsupported``,
+    ``quantified_group``, ``repeat_too_large``, ``ambiguous``, ``matches_empty``,
+    ``too_broad`` (it alters the probe corpus of :mod:`~pfedma_flwr.rules.probe`), ``slow``.
     """
     if not isinstance(pattern, str) or not pattern:
         raise UnsafePatternError("empty", str(pattern), "rule pattern must not be empty")
     if len(pattern) > MAX_PATTERN_CHARS:
         raise UnsafePatternError("too_long", pattern,
                                  f"{len(pattern)} chars exceeds {MAX_PATTERN_CHARS}")
+    if not is_normalized(pattern):
+        raise UnsafePatternError("unnormalized", pattern,
+                                 "write the pattern in NFKC form without invisible characters "
+                                 "(text is matched in that form)")
     flags, body = 0, pattern
     if pattern.startswith("(?i)"):
         flags, body = regex.IGNORECASE, pattern[4:]
@@ -371,13 +184,21 @@ def check_pattern(pattern: str) -> CheckedPattern:
         compiled = regex.compile(source, flags | regex.VERSION0)
     except regex.error as e:  # the grammar admitted something the engine does not
         raise UnsafePatternError("syntax", pattern, str(e)) from None
+    # shared: probed by shape, letters and digits widened to their classes, on the corpus and
+    # on its shapes (every letter x/X, digit 5) plus every 3-symbol shape string
+    wide = "|".join("".join(_widen(n) for n in b) for b in branches) if shared else source
     try:
-        hit = compiled.search(PROBE_TEXT, timeout=MATCH_TIMEOUT_S)
+        wide_re = regex.compile(wide, flags | regex.VERSION0)
+        hit = first_hit(wide_re, (*probe_corpus().texts(), *(shape_texts() if shared else ())),
+                        per_match_s=MATCH_TIMEOUT_S)
     except TimeoutError:
         raise UnsafePatternError("slow", pattern, "timed out on ordinary text") from None
+    except regex.error as e:
+        raise UnsafePatternError("syntax", pattern, str(e)) from None
     if hit is not None:
         raise UnsafePatternError(
             "too_broad", pattern,
-            f"matches ordinary task text ({hit.group(0)[:30]!r}); a privacy pattern must not "
-            "fire on plain words, numbers, option lines or drug names")
+            f"matches the shape of ordinary task text ({hit[:30]!r}); a privacy pattern must "
+            "not fire on task text, numbers, option lines or bare answers, nor on text of their "
+            "shape (letters and digits count as their classes)")
     return CheckedPattern(source=source, compiled=compiled)

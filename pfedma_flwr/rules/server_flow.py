@@ -16,6 +16,7 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import ClientReply
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.modes import RuleMode
+from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.promotion import build_candidate_pool
 
 # Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G):
@@ -36,7 +37,8 @@ def h_scores(rules: GlobalRuleRepository) -> dict[str, list[Any]]:
 def evolve_global_rules(
     *, mode: str, rules: GlobalRuleRepository, server_round: int,
     replies: Mapping[str, ClientReply], client_ok: Mapping[str, bool], embedder: Embedder,
-    sim_threshold: float, rng: np.random.Generator,
+    sim_threshold: float, rng: np.random.Generator, recognizer: PiiRecognizer | None = None,
+    query_fired: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Feedback → H-scores, then pool → promotion → Resolve; return the round's rules log.
 
@@ -60,20 +62,32 @@ def evolve_global_rules(
         Cosine of "same semantic constraint".
     rng : numpy.random.Generator
         The engine's generator (the pool's per-client pick), so a resumed run stays identical.
+    recognizer : PiiRecognizer, optional
+        The server's recognizer: candidates' entity types are probed with it.
+    query_fired : Mapping[str, int], optional
+        Query rules ``P_in`` applied while planning this round: the server rates those
+        (client rows for query rules are ignored; rules/feedback.py).
     """
     if mode not in PROMOTE_MODES and mode not in REDISTRIBUTE_MODES:
         return {"mode": mode, "promoted": 0}
-    fb = rules.apply_feedback({c: r.feedback for c, r in replies.items()})
+    # a client rates only rules it was sent, at most one trigger per response of its reply
+    fb = rules.apply_feedback({c: r.feedback for c, r in replies.items()}, check_held=True,
+                              max_triggers={c: len(r.responses) for c, r in replies.items()})
+    rated = rules.apply_server_feedback(query_fired or {})
+    log: dict[str, Any] = {"mode": mode, "promoted": 0, "feedback": _asdict(fb),
+                           **({"server_rated": rated} if rated else {})}
     if mode not in PROMOTE_MODES:
-        return {"mode": mode, "promoted": 0, "feedback": _asdict(fb), "h_scores": h_scores(rules)}
+        return {**log, "h_scores": h_scores(rules)}
     retained = {c for c, ok in client_ok.items() if ok}
     pool = build_candidate_pool({c: r.candidates for c, r in replies.items()}, retained,
-                                embedder, sim_threshold=sim_threshold, rng=rng)
+                                embedder, sim_threshold=sim_threshold, rng=rng,
+                                recognizer=recognizer)
     up = rules.update(server_round, pool)
     return {
-        "mode": mode, "feedback": _asdict(fb), "update": _asdict(up),
-        "promoted": up.promoted, "pool_size": len(pool.candidates),
-        # Candidates no node could run safely, and those past a client's per-round cap.
+        **log, "update": _asdict(up), "promoted": up.promoted, "pool_size": len(pool.candidates),
+        # Candidates no node could run safely or that would alter task text or answers (by
+        # source client), and those past a client's per-round cap.
         "pool_invalid": sum(bool(p) for p in pool.problems), "pool_capped": pool.n_capped,
+        **({"unsafe_by_client": dict(pool.unsafe_by_client)} if pool.unsafe_by_client else {}),
         "quarantined": rules.quarantined, "h_scores": h_scores(rules),
     }

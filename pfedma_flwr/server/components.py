@@ -63,7 +63,9 @@ def build_global_rules(cfg: PFedMAConfig, embedder: Embedder,
     """
     ru = cfg.rules
     repo = GlobalRuleRepository(embedder=embedder, sim_threshold=ru.sim_threshold,
-                                id_prefix=new_id_prefix(), twins=ru.query_twins)
+                                id_prefix=new_id_prefix(), twins=ru.query_twins,
+                                min_support_clients=ru.min_support_clients,
+                                min_support_share=ru.min_support_share)
     if (mode or ru.mode) != "NR":
         repo.seed(initial_global_rules(ru.global_policy))
     return repo
@@ -93,6 +95,7 @@ def build_engine(
         refine_style=r.refine_style, rule_mode=ru.mode,
         sim_threshold=ru.sim_threshold, seed=cfg.seed, prices=dict(r.prices),
         max_queries_per_client=cfg.protocol.max_items, lone_answers=r.lone_answers,
+        max_answer_tokens=cfg.protocol.max_answer_tokens,
     )
     parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
                              "settings": settings}

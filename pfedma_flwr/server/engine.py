@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggregate
+from pfedma_flwr.aggregation.public_state import public_state
 from pfedma_flwr.aggregation.refinement import REFINERS, Refiner
 from pfedma_flwr.anomaly.judges import Judge
 from pfedma_flwr.anomaly.scores import evaluate_batch, similarity_to
@@ -103,6 +104,8 @@ class CollaborationEngine:
         # (client, domain) -> g of finished queries' lone answers, applied with the next
         # routing update (routing/lone.py; empty at every checkpoint)
         self._lone: dict[tuple[str, str], list[float]] = {}
+        # query rules P_in applied while planning this round (rule id -> queries)
+        self._query_fired: dict[str, int] = {}
         # answers / answers_failed / generation_failed / failed_by_client: every answer asked
         # of an agent and the reason code of each that failed (summary "generation", status)
         self.totals: dict[str, Any] = {
@@ -147,6 +150,7 @@ class CollaborationEngine:
     def register_clients(self, descriptions: Mapping[str, ClientDescription]) -> None:
         """Record each client's public profile (the profile part of its routing state M_i)."""
         self.clients = dict(sorted(descriptions.items()))
+        self.rules.electorate.population = len(self.clients)
         ids = list(self.clients)
         embs = self.embedder.encode([self.clients[c].description for c in ids])
         self._profile_emb = {c: embs[k] for k, c in enumerate(ids)}
@@ -185,6 +189,8 @@ class CollaborationEngine:
                 break
             self._route(todo, global_rules, per_client)
         snapshot = tuple(self.rules.snapshot()) if s.rule_mode in REDISTRIBUTE_MODES else ()
+        for c in per_client:  # the rules each client holds: only those it may rate
+            self.rules.electorate.note_sent(c, [r.rule_id for r in snapshot])
         return {
             c: RespondInstruction(server_round=server_round, queries=tuple(qs),
                                   global_rules=snapshot)
@@ -265,6 +271,8 @@ class CollaborationEngine:
                                                   keep=q.task.task_needed)
                 fired = [*fired, *fired_ref]
             q.query_rules_fired += len(fired)
+            for rid in fired:  # the server's own feedback on its query rules (issue 30)
+                self._query_fired[rid] = self._query_fired.get(rid, 0) + 1
             rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
                              refinement=ref, answer_kind=q.task.answer_kind,
                              task_format=q.task.task_format)
@@ -309,6 +317,7 @@ class CollaborationEngine:
             options=[q.task.options or None for q in in_flight],
             prior=[[h.response.final_answer for h in q.history
                     if h.retained and h.response is not None] for q in in_flight],
+            queries=[q.task.question for q in in_flight],
         )
         # (client, domain) -> quality signals and retention flags of this Flower round
         round_q: dict[tuple[str, str], list[float]] = {}
@@ -352,11 +361,12 @@ class CollaborationEngine:
         self.totals["failures"] += len(failures)
         self.totals.update(with_answer_failures(
             self.totals, {q.task.task_id: sorted(q.routed) for q in in_flight}, by_query, failures))
-        self.totals["rejected_items"] += len(rejected)
+        self.totals["rejected_items"] += sum(int(x.get("n", 1)) for x in rejected)
         rules_log = evolve_global_rules(
             mode=s.rule_mode, rules=self.rules, server_round=server_round, replies=replies,
             client_ok=client_ok, embedder=self.embedder, sim_threshold=s.sim_threshold,
-            rng=self._rng)
+            rng=self._rng, recognizer=self.recognizer, query_fired=self._query_fired)
+        self._query_fired = {}
         self.last_round_record = round_record(
             server_round, query_logs, groups, results, replies, failures, rejected, rules_log,
             num_global=len(self.rules), num_finished=len(self.finished))
@@ -427,8 +437,12 @@ class CollaborationEngine:
     # ------------------------------------------------------------------ finishing
 
     def _refinement(self, q: QueryState) -> str:
-        """The configured refiner's text for ``q.z``, checked: a plug-in returns a string."""
-        ref = self.refine(q.z)
+        """The configured refiner's text for ``q.z``, checked: a plug-in returns a string.
+
+        The refiner sees only the public form of ``z`` (canonical answers, bounded claims
+        without instructions; :func:`~pfedma_flwr.aggregation.public_state.public_state`).
+        """
+        ref = self.refine(public_state(q.z, q.task.answer_kind, options=q.task.options or None))
         if not isinstance(ref, str):
             name = getattr(self.refine, "__qualname__", type(self.refine).__name__)
             raise TypeError(f"refiner {name!r} returned "
@@ -506,5 +520,9 @@ class CollaborationEngine:
             "totals": {k: v for k, v in self.totals.items() if k != "failed_by_client"},
             "generation": generation_summary(self.totals, self.settings.max_failed_share),
             "wall_seconds": wall_seconds,
+            # tokens, backend calls and what they cost are the clients' own counts (bounded by
+            # protocol.max_answer_tokens per answer), not measured by the server (issue 30)
+            "cost_basis": {"tokens": "client-reported", "backend_calls": "client-reported",
+                           "max_answer_tokens": self.settings.max_answer_tokens},
         }
         return {**out, "status": run_status(out)}

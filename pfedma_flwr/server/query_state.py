@@ -12,6 +12,7 @@ from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse
 from pfedma_flwr.answers import is_correct
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.protocol.schema import ProcessedResponse, RoutedQuery, StructuredResponse
+from pfedma_flwr.protocol.validation import short_id
 
 #: ``summary.json`` status of a run in which more than ``max_failed_share`` of the answers
 #: asked of agents were not produced (dead endpoint, wrong model, unparsable output...)
@@ -22,6 +23,8 @@ GENERATION_FAILED = "failed:generation"
 #: counted per client, but it does not make the run ``failed:generation``.
 NOT_PRODUCED_CODES = frozenset({"timeout", "error"})
 MAX_CODES_PER_CLIENT = 16
+#: Rejected responses listed per client and round in ``rounds.jsonl`` (the rest: one entry).
+MAX_REJECTED_LOGGED = 16
 _CODE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,48}")
 # "backend: connect: detail" (a code nested after "<prefix>: ") reads as "backend:connect"
 _NESTED_RE = re.compile(r"([a-z][a-z0-9_]*):\s+([a-z][a-z0-9_]*):")
@@ -59,6 +62,8 @@ class EngineSettings:
     max_queries_per_client: int = 256
     # what C learns from an answer with nothing to compare it with (routing/lone.py)
     lone_answers: str = "prior"
+    # the protocol's cap on a client-reported token count (summary "cost_basis")
+    max_answer_tokens: int = 65_536
 
     def __post_init__(self) -> None:
         if self.max_queries_per_client < 1:
@@ -323,7 +328,7 @@ def response_views(cids: Sequence[str], grp: Sequence[StructuredResponse | None]
 def round_record(
     server_round: int, query_logs: list[dict[str, Any]], groups: Sequence[Sequence[Any]],
     results: Sequence[Sequence[Any]], replies: Mapping[str, Any], failures: Mapping[str, str],
-    rejected: list[dict[str, str]], rules_log: Mapping[str, Any], *, num_global: int,
+    rejected: list[dict[str, Any]], rules_log: Mapping[str, Any], *, num_global: int,
     num_finished: int,
 ) -> dict[str, Any]:
     """One line of ``rounds.jsonl``: per-query logs, failures, rules, per-client cost, metrics.
@@ -356,25 +361,38 @@ def round_record(
 
 def collect_replies(
     replies: Mapping[str, Any], lookup: Callable[[str], QueryState | None],
-) -> tuple[dict[str, dict[str, ProcessedResponse]], list[dict[str, str]]]:
+) -> tuple[dict[str, dict[str, ProcessedResponse]], list[dict[str, Any]]]:
     """Sort a round's responses by query: ``({query_id: {client: ProcessedResponse}}, rejected)``.
 
-    A response to a query that is not active or was not routed to its client, or a second one
-    to the same query, is rejected with its reason, never counted. Each kept response's query
-    gets its share of the client's backend calls (one batched call serves all its queries).
+    A response to a query that is not active or was not routed to its client, a second one to
+    the same query, or one bound to another round than the routed query's (``stale round``), is
+    rejected with its reason, never counted (the first :data:`MAX_REJECTED_LOGGED` per client
+    are listed, ids as bounded excerpts, then one ``more`` entry with their number ``n``). Each
+    kept response's query gets its share of the client's backend calls (one batched call
+    serves all its queries).
     """
-    rejected: list[dict[str, str]] = []
+    rejected: list[dict[str, Any]] = []
     by_query: dict[str, dict[str, ProcessedResponse]] = {}
     for cid, rep in replies.items():
         seen: set[str] = set()
         share = rep.backend_calls / max(1, len(rep.responses))
+        n_logged = 0
         for pr in rep.responses:
             q = lookup(pr.query_id)
-            if q is None or cid not in q.routed or pr.query_id in seen:
-                why = "duplicate" if pr.query_id in seen else "not routed to this client"
-                rejected.append({"client": cid, "query_id": pr.query_id, "reason": why})
+            stale = q is not None and cid in q.routed and pr.round not in (0, q.routed[cid].round)
+            if q is None or cid not in q.routed or pr.query_id in seen or stale:
+                why = ("duplicate" if pr.query_id in seen else
+                       "stale round" if stale else "not routed to this client")
+                # ids as bounded excerpts, at most MAX_REJECTED_LOGGED per client and round
+                n_logged += 1
+                if n_logged <= MAX_REJECTED_LOGGED:
+                    rejected.append({"client": cid, "query_id": short_id(pr.query_id),
+                                     "reason": why})
                 continue
             seen.add(pr.query_id)
             q.backend_calls += share
             by_query.setdefault(pr.query_id, {})[cid] = pr
+        if n_logged > MAX_REJECTED_LOGGED:
+            rejected.append({"client": cid, "query_id": "\u2026", "reason": "more",
+                             "n": n_logged - MAX_REJECTED_LOGGED})
     return by_query, rejected

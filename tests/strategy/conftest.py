@@ -19,9 +19,11 @@ from pfedma_flwr.testing import FakeGrid
 
 def answer_json(answer: str, claim: str = "", evidence: str = "") -> str:
     claim = claim or f"The answer is {answer}."
-    # Evidence restating the claim gives full claim-evidence support (a_evi = 0).
+    # Evidence that contains the claim and adds to it: close to the claim, and the same text
+    # from every scripted client corroborates it (a_evi near 0). Evidence that only restates
+    # the claim earns no support (issue 30, anomaly/evidence.py).
     return json.dumps({
-        "claims": [{"claim": claim, "evidence": [evidence or claim]}],
+        "claims": [{"claim": claim, "evidence": [evidence or f"Worked out from the task: {claim}"]}],
         "final_answer": answer, "domain_fit": 0.9, "self_confidence": 0.9,
     })
 

@@ -229,11 +229,10 @@ def test_all_but_one_node_hostile_still_completes(federation, tmp_path: Path, n_
 
 
 @pytest.mark.parametrize("embedding", [
-    pytest.param("hashing", marks=pytest.mark.xfail(strict=True, reason=(
-        "anomaly filter does not flag a response whose every field is a prompt injection: "
-        "EmbeddingJudge over HashingEmbedder gives a_int~0.19, a_evi~0 (evidence restates "
-        "the claim), a_con=1 -> A = 0.7*(0.3*0.19+0.7*0.095)+0.3*1 = 0.39 <= tolerance 0.5, "
-        "so it is retained; the consensus term alone is capped at alpha_con=0.3 < tolerance"))),
+    # It used to be retained (strict xfail): evidence restating the claim gave a_evi ~ 0 and
+    # A = 0.39. Restated evidence now earns no support (a_evi = 1): A = .7·(.3 + .7·.595) + .3·a_con
+    # ~ .50 + .3·a_con > 0.5 (issue 30, anomaly/evidence.py).
+    "hashing",
     pytest.param("minilm", marks=pytest.mark.slow),
 ])
 def test_injection_is_filtered_by_the_anomaly_evaluator(federation, tmp_path: Path, embedding):

@@ -52,10 +52,13 @@ def _sent_instructions(grid) -> list[dict[str, Any]]:
 def test_bad_patterns_never_become_rules(federation, tmp_path: Path):
     cands = [_candidate("(", "query"), _candidate(r"[^\s]+", "query"),
              _candidate(r"(\w|\s)+\d", "response")]
+    # the seed's singleton rule (a one-candidate pool promotes): the patterns' own check is
+    # what must refuse them (the default needs two clients and promotes nothing here)
     summary, grid = federation(num_nodes=3, behaviour={0: _one_per_round(cands)},
                                responder=lambda m: answer_json("7"),
                                overrides="strategy.k_max=3 strategy.t_max=3 "
-                                         "strategy.batch_size=2")
+                                         "strategy.batch_size=2 rules.min_support_clients=1 "
+                                         "rules.min_support_share=0.0")
     out = tmp_path / "out"
     assert summary["status"] == "completed" and summary["num_queries"] == 6
     rounds = read_jsonl(out / "rounds.jsonl")

@@ -12,6 +12,7 @@ from pfedma_flwr.agents.hooks import (
     Adversary,
     AgentHook,
     choose_attack,
+    colluding_response,
     corrupt_answer,
     malicious_clients,
     num_malicious,
@@ -130,6 +131,20 @@ def test_unreliable_response_is_wrong_and_confident():
     assert out.final_answer != "12" and out.self_confidence == 1.0 and out.domain_fit == 1.0
     assert out.claims[0].claim == f"The answer is definitely {out.final_answer}."
     assert out.claims[1] == resp.claims[0]
+
+
+def test_colluders_share_one_wrong_answer_claimed_with_itself_as_evidence():
+    # issue 30's collusion: two malicious clients with the same own answer give the same
+    # wrong one, each claim its own evidence (the form that zeroed a_evi)
+    resp = StructuredResponse(final_answer="12", claims=(Claim("3*4=12", ("given",)),))
+    a = colluding_response(resp, "number", "", "q7")
+    b = colluding_response(resp, "number", "", "q7")
+    assert a == b and a.final_answer != "12" and a.self_confidence == 1.0
+    assert a.claims == (Claim(f"The answer is {a.final_answer}.",
+                              (f"The answer is {a.final_answer}.",)),)
+    adv = Adversary(partition_id=0, num_clients=5, ratio=1.0, kind="collusion")
+    assert adv.response("q7", resp, "number", "") == a
+    assert adv.task_text("q7", "task") == "task"  # no injection
 
 
 @pytest.mark.parametrize(("outputs", "expected"), [

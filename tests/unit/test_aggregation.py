@@ -81,12 +81,29 @@ def test_filtered_unparsed_and_empty():
     assert aggregate([], kind="number", domain="math", routing=STATES).round == 0
 
 
-def test_all_rounds_vote_and_round_defaults_to_latest():
-    # c answers 20 in rounds 1 and 2 (w .25 each), a answers 18 once (.4) → 20 wins .5/.9
+def test_a_client_votes_once_with_its_latest_answer_and_round_defaults_to_latest():
+    # issue 30: c answered 20 in rounds 1 and 2 and used to vote twice (.25 + .25 = .5 beat
+    # a's .4); one vote per client: a 18 (.4) beats c 20 (.25) → .4/.65
     hist = [rr("a", "18"), rr("c", "20"), rr("c", "20", rnd=2)]
     z = aggregate(hist, kind="number", domain="math", routing=STATES)
-    assert (z.canonical, z.round, z.n_agreeing) == ("20", 2, 2)
-    assert z.support == pytest.approx(0.5 / 0.9)
+    assert (z.canonical, z.round, z.n_agreeing, z.n_retained) == ("18", 2, 1, 2)
+    assert z.support == pytest.approx(0.4 / 0.65)
+    # its later answer is the one that counts: c changes to 18 → one group .65, support 1
+    z = aggregate([rr("a", "18"), rr("c", "20"), rr("c", "18", rnd=2)], kind="number",
+                  domain="math", routing=STATES)
+    assert (z.canonical, z.n_agreeing, z.support) == ("18", 2, 1.0)
+    # a filtered later answer does not replace a retained earlier one
+    z = aggregate([rr("c", "20"), rr("c", "18", rnd=2, retained=False)], kind="number",
+                  domain="math", routing=STATES)
+    assert z.canonical == "20"
+
+
+def test_vote_weighs_one_minus_anomaly():
+    # a (.4) with A = .5 → .2; b (.3) with A = 0 → .3: b's answer wins .3/.5 (it lost .3/.7)
+    hist = [RoundResponse("a", 1, StructuredResponse("18"), True, anomaly=0.5),
+            RoundResponse("b", 1, StructuredResponse("20"), True, anomaly=0.0)]
+    z = aggregate(hist, kind="number", domain="math", routing=STATES)
+    assert (z.canonical, z.support) == ("20", pytest.approx(0.3 / 0.5))
 
 
 def test_zero_weights_fall_back_to_equal_weights():

@@ -11,6 +11,7 @@ from pfedma_flwr.anomaly.scores import (
     anomaly_score,
     answer_similarity_matrix,
     consensus_anomalies,
+    consensus_floor,
     evaluate_batch,
     evaluate_responses,
     evidence_anomaly,
@@ -77,6 +78,30 @@ class FakeJudge:
 )
 def test_anomaly_score_table(a_int, a_evi, a_con, lam, alpha, expected):
     assert anomaly_score(a_int, a_evi, a_con, lam, alpha) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("a_int", "a_evi", "a_con", "ablation", "expected"),
+    [
+        # issue 30: clean intent and evidence, the others agree and this answer does not:
+        # the seed's .3·1 = .3 kept it; the floor (1 − J)·a_con = 1 filters it
+        (0.0, 0.0, 1.0, "none", 1.0),
+        # J = .3·.2 + .7·.1 = .13 → seed .7·.13 + .3·.8 = .331 < floor .87·.8 = .696
+        (0.2, 0.0, 0.8, "none", 0.696),
+        # J dominates: .472 (J = .46, floor .54·.5 = .27) unchanged
+        (0.2, 0.6, 0.5, "none", 0.472),
+        # -evidence: J = a_int = .2 → .29 < floor .8·.5 = .4
+        (0.2, 0.6, 0.5, "-evidence", 0.4),
+        # -intent: J = a_evi = .6 → .57 > floor .4·.5 = .2
+        (0.2, 0.6, 0.5, "-intent", 0.57),
+        # no consensus term: no floor
+        (0.0, 0.0, 1.0, "-consensus", 0.0),
+    ],
+)
+def test_consensus_floor(a_int, a_evi, a_con, ablation, expected):
+    got = ablated_anomaly_score(a_int, a_evi, a_con, ablation=ablation, floor=True)
+    assert got == pytest.approx(expected)
+    assert consensus_floor(0.3, 0.0, 1.0) == 1.0 and consensus_floor(0.9, 0.5, 1.0) == 0.9
 
 
 def test_anomaly_score_defaults_are_the_seed_values():
@@ -217,7 +242,9 @@ def _resp(answer, claims=()):
     return StructuredResponse(answer, tuple(Claim(c, tuple(e)) for c, e in claims))
 
 
-R1 = _resp("18", [("9 eggs sold", ["16-3-4=9"])])
+# each states its final answer in a claim (issue 30: claims stating another answer score
+# a_evi = 1, tests/unit/test_anomaly_evidence.py)
+R1 = _resp("18", [("9 eggs sold, 18 dollars", ["16-3-4=9"])])
 R2 = _resp("18", [("2 dollars each", ["price is 2"]), ("9·2=18", ["9 times 2"])])
 R4 = _resp("42")
 
@@ -245,7 +272,7 @@ def test_evaluate_responses_scores_and_filters():
     assert [r.score for r in out] == pytest.approx([0.091, 0.2275, 1.0, 0.9755])
     # one batched call per judge term, over the parsed responses only
     assert judge.calls == {"intent": 1, "evidence": 1}
-    assert judge.seen[0] == ["18", "9 eggs sold", "16-3-4=9"]
+    assert judge.seen[0] == ["18", "9 eggs sold, 18 dollars", "16-3-4=9"]
 
 
 def test_evaluate_all_ablation_skips_the_evaluator():
@@ -281,7 +308,7 @@ def test_evaluate_term_ablations(ablation, scores, calls):
 def test_tolerance_boundary_is_inclusive():
     # λ=α=0 → A = (a_int + a_evi)/2 = (0 + .5)/2 = .25 exactly
     kw = {"kind": "number", "embedder": EMB, "lambda_pool": 0.0, "alpha_con": 0.0}
-    r = _resp("18", [("c", ["e"])])
+    r = _resp("18", [("c 18", ["e"])])
     assert evaluate_responses([r], judge=FakeJudge([0.0], [[0.5]]), tolerance=0.25,
                               **kw)[0].retained
     assert not evaluate_responses([r], judge=FakeJudge([0.0], [[0.5]]), tolerance=0.2499,
@@ -290,7 +317,7 @@ def test_tolerance_boundary_is_inclusive():
 
 def test_bad_judge_values_are_conservative():
     # NaN intent → 1.0; support 1.5 clipped to 1 → a_evi 0; λ=α=0 → A = (1+0)/2
-    r = _resp("18", [("c", ["e"])])
+    r = _resp("18", [("c 18", ["e"])])
     out = evaluate_responses([r], kind="number", judge=FakeJudge([math.nan], [[1.5]]),
                              embedder=EMB, lambda_pool=0.0, alpha_con=0.0)
     assert (out[0].a_int, out[0].a_evi, out[0].score) == (1.0, 0.0, 0.5)

@@ -87,6 +87,7 @@ ENGINE_KEYS = {
     "rule_mode": "rules.mode",
     "sim_threshold": "rules.sim_threshold", "seed": "seed",
     "max_queries_per_client": "protocol.max_items", "lone_answers": "routing.lone_answers",
+    "max_answer_tokens": "protocol.max_answer_tokens",
 }
 
 

@@ -17,6 +17,8 @@ from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.promotion import CandidatePool, admit, build_candidate_pool
 
 EMB = HashingEmbedder(dim=256)
+#: the seed's rules (a singleton pool promotes, one rater counts), for the cap mechanics alone
+SEED_RULES = {"min_support_clients": 1, "min_support_share": 0.0}
 _WORDS = ("amber basalt cobalt dune ember fjord garnet heron iris jade kelp lumen moss nectar "
           "onyx pine quartz reed sage tide umber vale willow xenon yarrow zinc").split()
 
@@ -66,7 +68,7 @@ def test_caps_per_round_and_repository_size():
 
 
 def test_invalid_candidate_counts_in_pool_but_is_never_promoted():
-    repo = GlobalRuleRepository(embedder=EMB)
+    repo = GlobalRuleRepository(embedder=EMB, **SEED_RULES)
     bad = RuleCandidate(text="do not reveal sensitive record in queries",
                         category="sensitive record", scope="query", patterns=("(",))
     pool = build_candidate_pool({"evil": [bad]}, {"evil"}, EMB, rng=np.random.default_rng(0))
@@ -76,7 +78,7 @@ def test_invalid_candidate_counts_in_pool_but_is_never_promoted():
 
 
 def _repo_with(hs: list[float], snapshot_size: int = 64) -> GlobalRuleRepository:
-    repo = GlobalRuleRepository(embedder=EMB, snapshot_size=snapshot_size)
+    repo = GlobalRuleRepository(embedder=EMB, snapshot_size=snapshot_size, **SEED_RULES)
     for t, c in enumerate(_junk(len(hs), seed=3), start=1):
         repo.update(t, CandidatePool((c,), EMB.encode([c.text])))
     # H of rule k from one client's feedback: (valid − conflict) / trigger

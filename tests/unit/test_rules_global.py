@@ -199,6 +199,9 @@ def test_resolve_empty():
 # --------------------------------------------------------------------------- repository
 
 
+#: the seed's promotion and rating rules (a singleton pool promotes, any rating counts); the
+#: defaults need two clients (issue 30, tests/unit/test_rules_support.py)
+SEED_RULES = {"min_support_clients": 1, "min_support_share": 0.0}
 NAME_R = "do not reveal person in responses"
 MAIL_R = "do not reveal email address in responses"
 
@@ -209,7 +212,7 @@ def _pool(emb: DictEmbedder, cands: list[RuleCandidate]) -> CandidatePool:
 
 def test_repository_lifecycle():
     emb = DictEmbedder({NAME_R: X, MAIL_R: Y})
-    repo = GlobalRuleRepository(embedder=emb)
+    repo = GlobalRuleRepository(embedder=emb, **SEED_RULES)
     # round 1: singleton pool -> promoted directly, new rule H = N = 0, active
     r1 = repo.update(1, _pool(emb, [_cand(NAME_R)]))
     assert r1.added == ("g1",) and r1.promoted == 1 and r1.pool_similarity.n == 1
@@ -263,7 +266,7 @@ def test_repository_lifecycle():
 
 def test_repository_tie_keeps_older_and_bad_payloads():
     emb = DictEmbedder({NAME_R: X})
-    repo = GlobalRuleRepository(embedder=emb)
+    repo = GlobalRuleRepository(embedder=emb, **SEED_RULES)
     repo.update(1, _pool(emb, [_cand(NAME_R)]))
     repo.update(2, _pool(emb, [_cand(NAME_R, action="refuse")]))
     # both H = 0: tie -> the older g1 stays active

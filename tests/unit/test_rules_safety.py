@@ -37,10 +37,10 @@ ATTACKS = [r"(", r"[^\s]+", r"(\w|\s)+\d"]
         (r"\b\d{3}-\d{2}-\d{4}\b", r"\b\d{3}\-\d{2}\-\d{4}\b"),
         (r"\bMRN-\d{4}\b", r"\bMRN\-\d{4}\b"),
         # + becomes {1,64}: the longest run any repeat can take
-        (r"(?i)ann\s+lee", r"ann\s{1,64}lee"),
-        (r"[\w.+-]+@[\w-]+\.[\w.]+", r"[\w.+-]{1,64}@[\w-]{1,64}\.[\w.]{1,64}"),
+        (r"(?i)mrn\s+\d{6}x", r"mrn\s{1,64}\d{6}x"),
+        (r"(?i)mrn:\s+\d{6}", r"mrn:\s{1,64}\d{6}"),
         # one overlapping repeat (\S can be '@'): 64 ways per position <= 256
-        (r"\S+@\S+", r"\S{1,64}@\S{1,64}"),
+        (r"\S+@corp-\d{6}\b", r"\S{1,64}@corp\-\d{6}\b"),
         (r"\d{1,2}/\d{1,2}/\d{4}", r"\d{1,2}/\d{1,2}/\d{4}"),
         # optional group x alternation x overlapping \d{1,3}: 2 * 2 * 3 = 12 ways
         (r"(?:\+?\d{1,3}[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]\d{3}[ .-]\d{4}",
@@ -66,6 +66,18 @@ def test_safe_patterns_pass_with_bounded_rewrite(pattern, source):
         (r"[A-Z][a-z]+", "too_broad"),  # any capitalised word
         (r"\d{1,2}/\d{1,2}", "too_broad"),  # fractions and blood pressures
         (r"(?i)midodrine", "too_broad"),  # a drug name of an option line
+        # issue 30: the probe is real task text, numbers and bare answers, not one string
+        (r"^(?:\d{1,12}|[A-E])$", "too_broad"),  # every bare answer
+        # the measured one: refused before probing (3 nested variable choices > 256 ways)
+        (r"^(?:-?\d{1,12}(?:\.\d{1,6})?|[A-E])$", "ambiguous"),
+        (r" => ", "too_broad"),  # every X_i item ("question => answer")
+        (r"(?i)how many", "too_broad"),  # GSM8K / MATH questions
+        (r"\d{2,3} (?:years?|pages?|days|minutes)", "too_broad"),  # numbers of word problems
+        (r"\S+@\S+", "too_broad"),  # Mind2Web-SC tasks carry an e-mail address
+        (r"(?i)ann\s+lee", "too_broad"),  # the shape of any two words: names are literals
+        (r":[a-z]", "too_broad"),  # ':s' of a held-out 'std::string': every 2-char shape
+        ("(?i)ha\u017f \\d{1,6}", "unnormalized"),  # a long s matches 's' under (?i)
+        ("sec\u200bret", "unnormalized"),  # an invisible zero-width space
         (r"\w+\d", "too_broad"),
         (r".*", "matches_empty"),
         (r"x?|y", "matches_empty"),
@@ -105,7 +117,7 @@ def test_bounded_patterns_stay_fast_on_long_text():
     # Worst shapes that pass: one overlapping repeat, and a class run to the end of the text.
     text = "a@" * 4000 + "x" * 8000
     rules = [PrivacyRule(rule_id=f"r{k}", text="t", category="c", patterns=(p,))
-             for k, p in enumerate([r"\S+@\S+", r"[a-z]+\.[a-z]+@corp", r"[^#]+#\d"] * 13)]
+             for k, p in enumerate([r"\S+@corp\S+", r"[a-z]+\.[a-z]+@corp", r"[^#]+#\d{5}"] * 13)]
     t0 = time.perf_counter()
     for r in rules:
         find_spans(r, text, None)
@@ -130,7 +142,7 @@ def test_budget_shared_by_all_rules_local_first():
 def test_pattern_past_its_timeout_is_quarantined(monkeypatch):
     repo = LocalRuleRepository()
     slow = GlobalRule(rule_id="g1", text="do not reveal x in responses", category="c",
-                      patterns=(r"\bQ\d{3}Z",))
+                      patterns=(r"\bQX\d{3}-\d{4}Z\b",))
     repo.adapt([slow], ["x"], HashingEmbedder(dim=64), phi_default=-1.0)
     assert repo.is_active("g:g1")
     # every match now exceeds its own (tiny) timeout, with the message budget still ample
@@ -196,7 +208,7 @@ def test_fuzz_any_pattern_is_rejected_cleanly_or_runs_bounded(pattern):
     try:
         checked = check_pattern(pattern)
     except UnsafePatternError as e:
-        assert e.code in {"empty", "too_long", "syntax", "unsupported", "quantified_group",
+        assert e.code in {"empty", "too_long", "unnormalized", "syntax", "unsupported", "quantified_group",
                           "repeat_too_large", "ambiguous", "matches_empty", "too_broad", "slow"}
         return
     for text in _ADVERSARIAL_TEXTS:
