@@ -44,7 +44,7 @@ TYPED=(
   pfedma_flwr/data/privacylens_tools.py pfedma_flwr/data/privacylens_prompt.py
   pfedma_flwr/experiments/privacy_eval.py pfedma_flwr/experiments/judged.py
   pfedma_flwr/judging/string_match.py pfedma_flwr/judging/validation.py pfedma_flwr/judging/cli.py
-  pfedma_flwr/aggregation/refinement.py pfedma_flwr/rules/normalize.py pfedma_flwr/rules/probe.py
+  pfedma_flwr/rules/normalize.py pfedma_flwr/rules/probe.py
   pfedma_flwr/rules/feedback.py pfedma_flwr/anomaly/evidence.py
   pfedma_flwr/aggregation/public_state.py pfedma_flwr/rules/pattern_grammar.py
 )

@@ -33,14 +33,16 @@ Correct = dict[str, tuple[str, float]]
 def correctness(runs: Sequence[RunData]) -> Correct:
     """Question id → (benchmark, correctness), averaged over the runs (seeds) that have it.
 
-    A question some seed did not finish is left out (a partial run answers a prefix).
+    A question some seed did not finish is left out (a partial run answers a prefix), and so is
+    one without a gold verdict (``correct: null``: AlpacaEval's judged responses, scored by
+    WR/LC instead), as in the run's own ACC.
     """
     per: dict[str, list[float]] = {}
     bench: dict[str, str] = {}
     for run in runs:
         for q in run.queries:
             qid = str(q.get("query_id", ""))
-            if qid:
+            if qid and q.get("correct") is not None:
                 per.setdefault(qid, []).append(1.0 if q.get("correct") else 0.0)
                 bench[qid] = str(q.get("benchmark", ""))
     return {qid: (bench[qid], sum(v) / len(v)) for qid, v in per.items() if len(v) == len(runs)}

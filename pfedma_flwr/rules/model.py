@@ -110,7 +110,7 @@ def placeholder_kind(rule: PrivacyRule) -> str:
 
 
 def check_detectors(entity_types: Sequence[str], patterns: Sequence[str], *,
-                    shared: bool = True) -> None:
+                    shared: bool = True, probe: bool = True) -> None:
     """Raise ``ValueError`` naming the first unusable shared detector (count, name or pattern).
 
     The check every rule passes where it enters a node (candidates on the server, global rules
@@ -125,7 +125,7 @@ def check_detectors(entity_types: Sequence[str], patterns: Sequence[str], *,
     if len(patterns) > MAX_PATTERNS_PER_RULE:
         raise ValueError(f"{len(patterns)} patterns exceed {MAX_PATTERNS_PER_RULE}")
     for p in patterns:
-        check_pattern(p, shared=shared)
+        check_pattern(p, shared=shared, probe=probe)
 
 
 def compile_pattern(pattern: str) -> regex.Pattern[str]:
@@ -134,7 +134,7 @@ def compile_pattern(pattern: str) -> regex.Pattern[str]:
     Every rule was checked where it entered (shared ones by shape); compiling needs only the
     local check, which every checked pattern passes.
     """
-    return check_pattern(pattern, shared=False).compiled
+    return check_pattern(pattern, shared=False, probe=False).compiled
 
 
 @functools.lru_cache(maxsize=4096)
@@ -214,8 +214,8 @@ class PrivacyRule:
         try:
             # a safety rule's patterns never redact (they measure relevance) and only the
             # catalogue's exist (checked below), so they skip the task-text probe
-            check_detectors(self.entity_types, self.patterns,
-                            shared=self.origin != "local" and self.scope != GUARD_SCOPE)
+            check_detectors(self.entity_types, self.patterns, shared=self.origin != "local",
+                            probe=self.scope != GUARD_SCOPE)
         except ValueError as e:
             raise ValueError(f"rule {self.rule_id!r} rejected: {e}") from None
         # a safety rule's text reaches the model's prompt: only the catalogue's rules exist

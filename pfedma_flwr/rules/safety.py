@@ -142,7 +142,7 @@ class CheckedPattern:
 
 
 @functools.lru_cache(maxsize=4096)
-def check_pattern(pattern: str, *, shared: bool = True) -> CheckedPattern:
+def check_pattern(pattern: str, *, shared: bool = True, probe: bool = True) -> CheckedPattern:
     r"""Parse, bound and probe a rule pattern; raise :class:`UnsafePatternError` with a code.
 
     ``shared`` (every pattern that crosses a node: candidates, global rules) probes it by
@@ -153,6 +153,9 @@ def check_pattern(pattern: str, *, shared: bool = True) -> CheckedPattern:
     Codes: ``empty``, ``too_long``, ``unnormalized``, ``syntax``, ``unsupported``,
     ``quantified_group``, ``repeat_too_large``, ``ambiguous``, ``matches_empty``,
     ``too_broad`` (it alters the probe corpus of :mod:`~pfedma_flwr.rules.probe`), ``slow``.
+    ``probe=False`` skips the corpus probe (``too_broad``, ``slow``): for a pattern that was
+    probed where it entered, or that never redacts (a catalogue safety rule's relevance
+    keywords, :mod:`~pfedma_flwr.rules.guard_catalogue`).
     """
     if not isinstance(pattern, str) or not pattern:
         raise UnsafePatternError("empty", str(pattern), "rule pattern must not be empty")
@@ -184,6 +187,8 @@ def check_pattern(pattern: str, *, shared: bool = True) -> CheckedPattern:
         compiled = regex.compile(source, flags | regex.VERSION0)
     except regex.error as e:  # the grammar admitted something the engine does not
         raise UnsafePatternError("syntax", pattern, str(e)) from None
+    if not probe:
+        return CheckedPattern(source=source, compiled=compiled)
     # shared: probed by shape, letters and digits widened to their classes, on the corpus and
     # on its shapes (every letter x/X, digit 5) plus every 3-symbol shape string
     wide = "|".join("".join(_widen(n) for n in b) for b in branches) if shared else source
