@@ -31,7 +31,7 @@ TYPED=(
   pfedma_flwr/rules/private_facts.py pfedma_flwr/protocol/wire.py pfedma_flwr/agents/hooks.py
   pfedma_flwr/experiments/attacks.py pfedma_flwr/agents/backends/configured.py
   pfedma_flwr/routing/llm_action.py pfedma_flwr/routing/llm_orchestrator.py
-  pfedma_flwr/aggregation/refinement.py
+  pfedma_flwr/aggregation/refinement.py pfedma_flwr/agents/backends/cache.py
 )
 
 echo "[lint] ruff check"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pfedma_flwr.agents.backends import Backend
+from pfedma_flwr.agents.backends import Backend, GenerationResult
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import (
     REASONING_METHODS,
@@ -174,6 +174,7 @@ class ClientAgent:
 
     def respond(self, ins: RespondInstruction, state: AgentState) -> ClientReply:
         """Answer every routed query of ``ins`` in one batched generation (DESIGN §1 step 3)."""
+        started = time.perf_counter()
         state.rules.begin_message()  # one pattern-matching time budget per message
         adapt = state.rules.adapt(list(ins.global_rules), state.experience, self.embedder,
                                   sim_threshold=self.sim_threshold, phi_default=self.phi_default,
@@ -207,7 +208,7 @@ class ClientAgent:
                     refinement=q.refinement, answer_kind=q.answer_kind,
                     few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
                 ))
-        t0 = time.perf_counter()
+        t0, timed = time.perf_counter(), self.backend.timings()
         gens = self.backend.generate(
             prompts, max_tokens=self.max_tokens, temperature=self.temperature,
             json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
@@ -221,12 +222,15 @@ class ClientAgent:
         responses: list[ProcessedResponse] = []
         candidates: dict[tuple[str, str], RuleCandidate] = {}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
-            tokens = gen.tokens + repaired.get(k, 0) + fallback.get(k, 0)
+            # every generation of this answer: cached ones still count (cached_tokens says so)
+            spent = [gen, *(d[k] for d in (repaired, fallback) if k in d)]
+            tokens = sum(g.tokens for g in spent)
+            cached = sum(g.tokens for g in spent if g.cached)
             if gen.error:
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("backend",
                                                                     gen.code or gen.error),
-                                                   tokens=tokens))
+                                                   tokens=tokens, cached_tokens=cached))
                 continue
             if reasoning and not _is_json(texts[k]):
                 der = derive_response(texts[k], question=q.text, answer_kind=q.answer_kind,
@@ -239,7 +243,7 @@ class ClientAgent:
                 cut = "_truncated" if gen.finish_reason == "length" else ""
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("parse" + cut, why),
-                                                   tokens=tokens))
+                                                   tokens=tokens, cached_tokens=cached))
                 continue
             for hook in self.hooks:
                 raw = hook.response(q.query_id, raw, q.answer_kind, q.text)
@@ -250,7 +254,7 @@ class ClientAgent:
                 candidates.setdefault((c.text, c.action), c)
             processed, refused = result.response, result.refused
             responses.append(ProcessedResponse(q.query_id, processed, refused=refused,
-                                               tokens=tokens))
+                                               tokens=tokens, cached_tokens=cached))
             # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
@@ -263,8 +267,9 @@ class ClientAgent:
             responses=tuple(responses), candidates=tuple(candidates.values()),
             feedback=tuple(state.rules.round_feedback()),
             backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0),
-            tokens=sum(g.tokens for g in gens) + sum(repaired.values()) + sum(fallback.values()),
-            gen_seconds=gen_seconds,
+            tokens=sum(r.tokens for r in responses), gen_seconds=gen_seconds,
+            extra={**_timing_delta(timed, self.backend.timings()),
+                   "respond_s": round(time.perf_counter() - started, 4)},
         ))
 
     def _outgoing(self, state: AgentState, reply: ClientReply) -> ClientReply:
@@ -288,12 +293,12 @@ class ClientAgent:
     def _run_programs(
         self, queries: Sequence[RoutedQuery], programs: set[int], prompts: list[Any],
         gens: list[Any], texts: list[str], *, seed: int,
-    ) -> dict[int, int]:
+    ) -> dict[int, GenerationResult]:
         """Run the programs of ``programs``; answer the failed ones in chain of thought.
 
         A program that ran becomes its reasoning text (:func:`program_reasoning`). Updates
         ``prompts``, ``gens`` and ``texts`` in place (``gens[k]`` becomes the fallback's
-        generation); returns, per failed item, the tokens of its program's generation.
+        generation); returns, per failed item, its program's generation (its tokens count).
         """
         failed: list[int] = []
         for k in sorted(programs):
@@ -316,19 +321,19 @@ class ClientAgent:
                 answer_kind=q.answer_kind)
         again = self.backend.generate([prompts[k] for k in failed], max_tokens=self.max_tokens,
                                       temperature=self.temperature, seed=seed)
-        out: dict[int, int] = {}
+        out: dict[int, GenerationResult] = {}
         for k, g in zip(failed, again, strict=True):
-            out[k] = gens[k].tokens
+            out[k] = gens[k]
             gens[k], texts[k] = g, g.text
         return out
 
     def _repair(
         self, queries: Sequence[RoutedQuery], prompts: list[Any], gens: Sequence[Any],
         texts: list[str],
-    ) -> dict[int, int]:
+    ) -> dict[int, GenerationResult]:
         """Re-ask once, briefly, for answers whose reasoning ended before an answer statement.
 
-        Updates ``texts`` in place with the short continuation; returns tokens per repaired item.
+        Updates ``texts`` in place with the short continuation; returns the repair generations.
         """
         todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
                 if not g.error and not _is_json(texts[k]) and derive_response(
@@ -338,9 +343,9 @@ class ClientAgent:
         follow = [[*prompts[k], {"role": "assistant", "content": texts[k].strip() or "..."},
                    {"role": "user", "content": REPAIR_PROMPT}] for k in todo]
         extra = self.backend.generate(follow, max_tokens=_REPAIR_TOKENS, temperature=0.0)
-        out: dict[int, int] = {}
+        out: dict[int, GenerationResult] = {}
         for k, g in zip(todo, extra, strict=True):
-            out[k] = g.tokens
+            out[k] = g
             if not g.error and g.text.strip():
                 texts[k] = f"{texts[k].rstrip()}\n{g.text.strip()}"
         return out
@@ -403,6 +408,11 @@ class ClientAgent:
             return
         state.experience.append(item)
         del state.experience[: max(0, len(state.experience) - self.experience_size)]
+
+
+def _timing_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What the backend's timing counters grew by during this message (the run's profile)."""
+    return {k: round(after[k] - before.get(k, 0.0), 4) for k in sorted(after)}
 
 
 def _is_json(text: str) -> bool:

@@ -334,6 +334,8 @@ class ProcessedResponse:
     refused: bool = False
     error: str = ""
     tokens: int = 0
+    # of ``tokens``, those of answers the client's generation cache served (reused, not spent)
+    cached_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -343,6 +345,7 @@ class ProcessedResponse:
             "refused": self.refused,
             "error": self.error,
             "tokens": self.tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
     @classmethod
@@ -350,7 +353,8 @@ class ProcessedResponse:
         cls, d: Any, path: str = "processed", lim: Limits = DEFAULT_LIMITS
     ) -> ProcessedResponse:
         d = obj_(d, path)
-        no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens"})
+        no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens",
+                           "cached_tokens"})
         raw = d.get("response")
         for key in ("format_ok", "refused"):
             if not isinstance(d.get(key, False), bool):
@@ -364,6 +368,7 @@ class ProcessedResponse:
             refused=bool(d.get("refused", False)),
             error=str_(d.get("error", ""), f"{path}.error", lim),
             tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=10**9),
+            cached_tokens=int_(d.get("cached_tokens", 0), f"{path}.cached_tokens", hi=10**9),
         )
 
 
