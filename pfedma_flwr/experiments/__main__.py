@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run only these variants, e.g. --only rho=0.4 (repeat for more axes)")
     p.add_argument("--port", type=int, default=39291, help="SuperLink port (+2 control)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per variant")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run up to this many scripted variants (no local LLM) at a time; "
+                        "variants with a local LLM always run alone (default 1)")
     a = p.parse_args(argv)
     only: dict[str, list[str]] = {}
     for item in a.only:
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.output_dir or f"outputs/experiments/{a.name}-{a.size}")
     result = run_experiment(a.name, size=a.size, output_dir=out, num_clients=a.num_clients,
                             executor=flwr_executor(a.port, a.timeout), extra=a.extra,
-                            reuse=a.reuse, only=only)
+                            reuse=a.reuse, only=only, jobs=a.jobs)
     logging.getLogger(__name__).info("wrote %s", ", ".join(result["files"]))
     return 0
 

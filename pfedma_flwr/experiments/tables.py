@@ -40,6 +40,9 @@ def columns(preset: ExperimentPreset, rows: Sequence[dict[str, Any]]) -> list[st
             out.extend(m for m in found if m not in out)
         elif c not in out:
             out.append(c)
+    if "tokens" in out and "cached_share" not in out:
+        # what the token columns count but the caches served (0 on a first run)
+        out.insert(out.index("tokens") + 1, "cached_share")
     return out
 
 
@@ -85,6 +88,7 @@ def write_tables(preset: ExperimentPreset, rows: Sequence[dict[str, Any]], out_d
     lines = [f"# {preset.name}", "", preset.description.strip(), "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in body]
-    lines += ["", "Rates in percent (NRP in percent); rounds, tokens and backend calls per query."]
+    lines += ["", "Rates in percent (NRP in percent); rounds, tokens and backend calls per query; "
+              "cached_share: percent of the tokens that generation caches served."]
     md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return [csv_path, md_path]
