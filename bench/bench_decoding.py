@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         bos_token="", stop_token_ids=[plain.token_eos()])
     prompts = [plain.tokenize(fmt(messages=m).prompt.encode(), add_bos=False, special=True)
                for m in main_job_prompts(a.n)]
-    cost = verify_cost(plain, prompts[0])
+    # the speculative models keep logits of every position (logits_all), as verification needs
+    cost = verify_cost(modes["lookup"], prompts[0])
     secs = dict.fromkeys(modes, 0.0)
     toks = dict.fromkeys(modes, 0)
     same = dict.fromkeys(modes, 0)
