@@ -9,9 +9,9 @@ they use is the ``simulated`` or ``mock`` backend: no local LLM) run up to ``job
 each in its own slot (``VariantRun.slot``: its own SuperLink ports), and every other variant
 runs alone. A variant with a local LLM never runs beside another one: the embedded llama.cpp
 backend keeps every core busy (``agent.backend.n_threads``, the launcher reserves as many Ray
-CPUs) and its threads synchronise at each layer, so anything else on the cores stalls all of
-them (``bench/results/throughput.md``). Within one preset and size all variants share the
-size's backend, so in practice ``tiny`` runs in parallel and ``small`` one variant at a time.
+CPUs) and its threads synchronise at each layer, so a core taken by anything else stalls all
+of them (``docs/throughput.md``). Within one preset and size all variants share the size's
+backend, so in practice ``tiny`` runs in parallel and ``small`` one variant at a time.
 """
 
 from __future__ import annotations
