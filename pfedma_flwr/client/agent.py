@@ -96,7 +96,8 @@ class ClientAgent:
         as JSON under the response schema (scripted/mock agents, grammar-only backends).
     seed : int
         This agent's own sampling seed (independent votes at ``temperature > 0``); the seed of
-        each generation also depends on the round and the query, so reruns are reproducible.
+        each answer also depends on the query and its collaboration round (:meth:`_seed`), so
+        reruns are reproducible and other methods asking the same prompt reuse the answer.
     lessons, lesson_min_sim : int, float
         How many lessons of ``X_i`` enter a prompt, and the cosine between the new query and a
         lesson's question needed to recall it.
@@ -212,11 +213,10 @@ class ClientAgent:
         gens = self.backend.generate(
             prompts, max_tokens=self.max_tokens, temperature=self.temperature,
             json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
-            seed=self._seed(ins.server_round),
+            seeds=[self._seed(q) for q in ins.queries],
         )
         texts = [g.text for g in gens]
-        fallback = self._run_programs(ins.queries, programs, prompts, gens, texts,
-                                      seed=self._seed(ins.server_round) ^ 1)
+        fallback = self._run_programs(ins.queries, programs, prompts, gens, texts)
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
         responses: list[ProcessedResponse] = []
@@ -277,10 +277,16 @@ class ClientAgent:
         literals = [lit for r in state.rules.all_rules() for lit in r.literals]
         return check_outgoing(reply, client_secrets(self.sensitive_items, literals))[0]
 
-    def _seed(self, server_round: int) -> int:
-        """The agent's seed for a round: independent of other agents' seeds, reproducible."""
-        digest = hashlib.blake2b(f"{self.seed}|{self.client_key}|{server_round}".encode(),
-                                 digest_size=4).digest()
+    def _seed(self, q: RoutedQuery, salt: str = "") -> int:
+        """The sampling seed of this agent's answer to ``q`` in its collaboration round.
+
+        Independent of other agents' seeds and reproducible; it depends on nothing else in the
+        message (not the Flower round, not the query's place in the batch), so another method
+        or ablation that asks this agent the same prompt samples the same answer and the
+        generation cache serves it.
+        """
+        key = f"{self.seed}|{self.client_key}|{q.round}|{q.query_id}|{salt}"
+        digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
         return int.from_bytes(digest, "little") & 0x3FFFFFFF
 
     def _domain_fit(self, q: RoutedQuery) -> float:
@@ -292,7 +298,7 @@ class ClientAgent:
 
     def _run_programs(
         self, queries: Sequence[RoutedQuery], programs: set[int], prompts: list[Any],
-        gens: list[Any], texts: list[str], *, seed: int,
+        gens: list[Any], texts: list[str],
     ) -> dict[int, GenerationResult]:
         """Run the programs of ``programs``; answer the failed ones in chain of thought.
 
@@ -320,7 +326,8 @@ class ClientAgent:
                 profile_prompt=self.profile.prompt, query_text=prompts[k][-1]["content"],
                 answer_kind=q.answer_kind)
         again = self.backend.generate([prompts[k] for k in failed], max_tokens=self.max_tokens,
-                                      temperature=self.temperature, seed=seed)
+                                      temperature=self.temperature,
+                                      seeds=[self._seed(queries[k], "fallback") for k in failed])
         out: dict[int, GenerationResult] = {}
         for k, g in zip(failed, again, strict=True):
             out[k] = gens[k]

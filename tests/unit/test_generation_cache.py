@@ -354,3 +354,29 @@ def test_llama_partial_batch_samples_each_miss_as_the_whole_batch_did(tmp_path):
         assert llama.timings()["decode_tokens"] > 0 and llama.timings()["prefill_s"] > 0
     finally:
         llama.close()
+
+
+def test_an_answer_is_reused_wherever_the_query_sits_in_a_batch(tmp_path):
+    from pfedma_flwr.client.agent import ClientAgent
+    from pfedma_flwr.data.profiles import get_profile
+    from pfedma_flwr.embeddings import HashingEmbedder
+    from pfedma_flwr.protocol.schema import RespondInstruction, RoutedQuery
+
+    inner = IdentifiedMock(lambda m: "It is A.\nThe answer is A.")
+    agent = ClientAgent(profile=get_profile("mathematician"), private_data=[],
+                        backend=with_generation_cache(inner, enabled=None,
+                                                      directory=tmp_path / "gen"),
+                        embedder=HashingEmbedder(), recognizer=None, few_shot=0,
+                        temperature=0.3, seed=4)
+
+    def ask(server_round: int, *qs: tuple[str, int]) -> list[int]:
+        ins = RespondInstruction(server_round=server_round, queries=tuple(RoutedQuery(
+            query_id=qid, text=f"Question {qid}? A. yes B. no", domain="math",
+            round=rnd, answer_kind="option") for qid, rnd in qs))
+        return [r.cached_tokens for r in agent.respond(ins, agent.new_state()).responses]
+
+    assert ask(1, ("a", 1), ("b", 1)) == [0, 0]
+    # another method's batch: b first, in another Flower round, beside a new query
+    got = ask(3, ("b", 1), ("c", 1))
+    assert got[0] > 0 and got[1] == 0
+    assert ask(4, ("b", 2)) == [0]  # b's second collaboration round samples anew
