@@ -64,6 +64,10 @@ class BackendConfig:
     dtype: str = "auto"
     # extra keyword arguments for a plug-in backend given as module:Class
     options: dict[str, Any] = field(default_factory=dict)
+    # generation cache (answers reused for the same model, prompt, seed and budget): null =
+    # on for embedded and transformers, off for openai; false = off (also node-config
+    # generation-cache=false)
+    cache: bool | None = None
 
 
 @dataclass
@@ -322,6 +326,10 @@ class OutputConfig:
     progress: bool = True
     # continue from checkpoint.json in the output dir (last completed round)
     resume: bool = False
+    # generation caches of simulated clients (<dir>/p<partition>) and the server's LLM judge
+    # and orchestrator (<dir>/server); empty: $PFEDMA_CACHE/generations or
+    # ~/.cache/pfedma/generations. A deployed node keeps its own in <state-dir>/generations.
+    generation_cache_dir: str = ""
 
 
 @dataclass

@@ -31,7 +31,7 @@ TYPED=(
   pfedma_flwr/rules/private_facts.py pfedma_flwr/protocol/wire.py pfedma_flwr/agents/hooks.py
   pfedma_flwr/experiments/attacks.py pfedma_flwr/agents/backends/configured.py
   pfedma_flwr/routing/llm_action.py pfedma_flwr/routing/llm_orchestrator.py
-  pfedma_flwr/aggregation/refinement.py
+  pfedma_flwr/aggregation/refinement.py pfedma_flwr/agents/backends/cache.py
   pfedma_flwr/rules/guard_catalogue.py pfedma_flwr/rules/guard_rules.py pfedma_flwr/agents/guard.py
   pfedma_flwr/agents/tool_plan.py pfedma_flwr/data/bench_asb_tasks.py pfedma_flwr/client/posing.py
   pfedma_flwr/experiments/agent_benchmarks.py

@@ -344,7 +344,12 @@ class PFedMA(Strategy):
         log(INFO, "Starting %s strategy:", type(self).__name__)
         self.summary()
         nodes = self.wait_for_nodes(grid)
+        # where the run's time goes (bench/profile_run.py): seconds per phase
+        timing = {"nodes_s": time.time() - t0, "handshake_s": 0.0, "plan_s": 0.0,
+                  "wait_s": 0.0, "absorb_s": 0.0}
+        t_hs = time.time()
         descriptions = self.handshake(grid, nodes)
+        timing["handshake_s"] = time.time() - t_hs
         if len(descriptions) < self.min_nodes:
             raise RuntimeError(
                 f"only {len(descriptions)} nodes answered the handshake; need {self.min_nodes}"
@@ -358,13 +363,22 @@ class PFedMA(Strategy):
         round_timeout = timeout if timeout is not None else self.round_timeout
         while not self.engine.done and server_round < max_rounds:
             server_round += 1
+            ticks = [time.time()]
             msgs = list(self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
+            ticks.append(time.time())
             if not msgs and self.engine.done:
                 break  # the last queries stopped while being planned: nothing to send
             log(INFO, "[ROUND %s] %d active queries -> %d nodes", server_round,
                 self.engine.num_active(), len(msgs))
             replies = grid.send_and_receive(msgs, timeout=round_timeout) if msgs else []
+            ticks.append(time.time())
             _arrays, metrics = self.aggregate_train(server_round, replies)
+            ticks.append(time.time())
+            spent = {f"{k}_s": round(b - a, 3) for k, a, b in
+                     zip(("plan", "wait", "absorb"), ticks[:-1], ticks[1:], strict=True)}
+            for k, v in spent.items():
+                timing[k] += v
+            self.engine.last_round_record["timing"] = spent
             if metrics is not None:
                 result.round_metrics[server_round] = metrics
                 log(INFO, "\t└──> %s", dict(metrics))
@@ -372,7 +386,8 @@ class PFedMA(Strategy):
                 self.on_round_end(server_round, self.engine.last_round_record)
         self.engine.finish_all("round budget exhausted")
         result.summary = {**self.engine.summary(wall_seconds=time.time() - t0),
-                          "identity": self.identity_log}
+                          "identity": self.identity_log,
+                          "timing": {k: round(v, 3) for k, v in timing.items()}}
         log(INFO, "PFedMA finished in %.1fs: %s", time.time() - t0,
             {k: result.summary[k] for k in ("accuracy", "num_queries") if k in result.summary})
         return result

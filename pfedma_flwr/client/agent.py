@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pfedma_flwr.agents import options as mc
-from pfedma_flwr.agents.backends import Backend
+from pfedma_flwr.agents.backends import Backend, GenerationResult
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import (
     REASONING_METHODS,
@@ -104,7 +104,8 @@ class ClientAgent:
         as JSON under the response schema (scripted/mock agents, grammar-only backends).
     seed : int
         This agent's own sampling seed (independent votes at ``temperature > 0``); the seed of
-        each generation also depends on the round and the query, so reruns are reproducible.
+        each answer also depends on the query and its collaboration round (:meth:`_seed`), so
+        reruns are reproducible and other methods asking the same prompt reuse the answer.
     lessons, lesson_min_sim : int, float
         How many lessons of ``X_i`` enter a prompt, and the cosine between the new query and a
         lesson's question needed to recall it.
@@ -205,6 +206,7 @@ class ClientAgent:
 
     def respond(self, ins: RespondInstruction, state: AgentState) -> ClientReply:
         """Answer every routed query of ``ins`` in one batched generation (DESIGN §1 step 3)."""
+        started = time.perf_counter()
         adapt = state.rules.adapt(list(ins.global_rules), state.experience, self.embedder,
                                   sim_threshold=self.sim_threshold, phi_default=self.phi_default,
                                   recognizer=self.recognizer)
@@ -249,11 +251,10 @@ class ClientAgent:
                     refinement=refinement, answer_kind=q.answer_kind,
                     few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
                 ))
-        t0 = time.perf_counter()
-        gens = self._generate(ins.queries, prompts, reasoning, self._seed(ins.server_round))
+        t0, timed = time.perf_counter(), self.backend.timings()
+        gens = self._generate(ins.queries, prompts, reasoning)
         texts = [g.text for g in gens]
-        fallback = self._run_programs(ins.queries, programs, prompts, gens, texts,
-                                      seed=self._seed(ins.server_round) ^ 1)
+        fallback = self._run_programs(ins.queries, programs, prompts, gens, texts)
         repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
         verified = self._verify(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
@@ -264,14 +265,18 @@ class ClientAgent:
         candidates: dict[tuple[str, str], RuleCandidate] = {
             (c.text, c.action): c for c in guard_cands}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
-            # the protocol's cap on a self-reported count (the server rejects more)
-            tokens = min(gen.tokens + repaired.get(k, 0) + fallback.get(k, 0)
-                         + verified.get(k, 0), self.limits.max_answer_tokens)
+            # every generation of this answer: cached ones still count (cached_tokens says so),
+            # under the protocol's cap on a self-reported count (the server rejects more)
+            spent = [gen, *(d[k] for d in (repaired, fallback) if k in d)]
+            tokens = min(sum(g.tokens for g in spent) + verified.get(k, 0),
+                         self.limits.max_answer_tokens)
+            cached = min(sum(g.tokens for g in spent if g.cached), tokens)
             if gen.error:
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("backend",
                                                                     gen.code or gen.error),
-                                                   tokens=tokens, round=q.round))
+                                                   tokens=tokens, cached_tokens=cached,
+                                                   round=q.round))
                 continue
             if q.task_format in BENCHMARK_FORMATS:
                 raw, why = read_reply(q, seen[k], texts[k], state.rules)
@@ -286,7 +291,8 @@ class ClientAgent:
                 cut = "_truncated" if gen.finish_reason == "length" else ""
                 responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
                                                    error=error_code("parse" + cut, why),
-                                                   tokens=tokens, round=q.round))
+                                                   tokens=tokens, cached_tokens=cached,
+                                                   round=q.round))
                 continue
             for hook in self.hooks:
                 raw = hook.response(q.query_id, raw, q.answer_kind, q.text)
@@ -297,7 +303,8 @@ class ClientAgent:
                 candidates.setdefault((c.text, c.action), c)
             processed, refused = result.response, result.refused
             responses.append(ProcessedResponse(q.query_id, processed, refused=refused,
-                                               tokens=tokens, round=q.round))
+                                               tokens=tokens, cached_tokens=cached,
+                                               round=q.round))
             # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
@@ -312,8 +319,9 @@ class ClientAgent:
             feedback=tuple(state.rules.round_feedback()),
             backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0) + (1 if verified
                                                                                else 0),
-            tokens=sum(r.tokens for r in responses),
-            gen_seconds=gen_seconds,
+            tokens=sum(r.tokens for r in responses), gen_seconds=gen_seconds,
+            extra={**_timing_delta(timed, self.backend.timings()),
+                   "respond_s": round(time.perf_counter() - started, 4)},
         ))
 
     def _outgoing(self, state: AgentState, reply: ClientReply) -> ClientReply:
@@ -321,8 +329,8 @@ class ClientAgent:
         literals = [lit for r in state.rules.all_rules() for lit in r.literals]
         return check_outgoing(reply, client_secrets(self.sensitive_items, literals))[0]
 
-    def _generate(self, queries: Sequence[RoutedQuery], prompts: list[Any], reasoning: bool,
-                  seed: int) -> list[Any]:
+    def _generate(self, queries: Sequence[RoutedQuery], prompts: list[Any],
+                  reasoning: bool) -> list[Any]:
         """One batched generation; under ``json`` answers the benchmark formats go schema-free."""
         special = [k for k, q in enumerate(queries) if q.task_format in BENCHMARK_FORMATS]
         # a whole answer (a tool action, an open response) needs more than a reasoning budget
@@ -332,22 +340,28 @@ class ClientAgent:
             return self.backend.generate(prompts, max_tokens=budget,
                                          temperature=self.temperature,
                                          json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
-                                         seed=seed)
+                                         seeds=[self._seed(q) for q in queries])
         rest = [k for k in range(len(prompts)) if k not in special]
         out: list[Any] = [None] * len(prompts)
         for group, schema in ((special, None), (rest, RESPONSE_JSON_SCHEMA)):
             if group:
                 got = self.backend.generate([prompts[k] for k in group], max_tokens=budget,
                                             temperature=self.temperature, json_schema=schema,
-                                            seed=seed)
+                                            seeds=[self._seed(queries[k]) for k in group])
                 for k, g in zip(group, got, strict=True):
                     out[k] = g
         return out
 
-    def _seed(self, server_round: int) -> int:
-        """The agent's seed for a round: independent of other agents' seeds, reproducible."""
-        digest = hashlib.blake2b(f"{self.seed}|{self.client_key}|{server_round}".encode(),
-                                 digest_size=4).digest()
+    def _seed(self, q: RoutedQuery, salt: str = "") -> int:
+        """The sampling seed of this agent's answer to ``q`` in its collaboration round.
+
+        Independent of other agents' seeds and reproducible; it depends on nothing else in the
+        message (not the Flower round, not the query's place in the batch), so another method
+        or ablation that asks this agent the same prompt samples the same answer and the
+        generation cache serves it.
+        """
+        key = f"{self.seed}|{self.client_key}|{q.round}|{q.query_id}|{salt}"
+        digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
         return int.from_bytes(digest, "little") & 0x3FFFFFFF
 
     def _domain_fit(self, q: RoutedQuery) -> float:
@@ -359,13 +373,13 @@ class ClientAgent:
 
     def _run_programs(
         self, queries: Sequence[RoutedQuery], programs: set[int], prompts: list[Any],
-        gens: list[Any], texts: list[str], *, seed: int,
-    ) -> dict[int, int]:
+        gens: list[Any], texts: list[str],
+    ) -> dict[int, GenerationResult]:
         """Run the programs of ``programs``; answer the failed ones in chain of thought.
 
         A program that ran becomes its reasoning text (:func:`program_reasoning`). Updates
         ``prompts``, ``gens`` and ``texts`` in place (``gens[k]`` becomes the fallback's
-        generation); returns, per failed item, the tokens of its program's generation.
+        generation); returns, per failed item, its program's generation (its tokens count).
         """
         failed: list[int] = []
         for k in sorted(programs):
@@ -387,20 +401,21 @@ class ClientAgent:
                 profile_prompt=self.profile.prompt, query_text=prompts[k][-1]["content"],
                 answer_kind=q.answer_kind)
         again = self.backend.generate([prompts[k] for k in failed], max_tokens=self.max_tokens,
-                                      temperature=self.temperature, seed=seed)
-        out: dict[int, int] = {}
+                                      temperature=self.temperature,
+                                      seeds=[self._seed(queries[k], "fallback") for k in failed])
+        out: dict[int, GenerationResult] = {}
         for k, g in zip(failed, again, strict=True):
-            out[k] = gens[k].tokens
+            out[k] = gens[k]
             gens[k], texts[k] = g, g.text
         return out
 
     def _repair(
         self, queries: Sequence[RoutedQuery], prompts: list[Any], gens: Sequence[Any],
         texts: list[str],
-    ) -> dict[int, int]:
+    ) -> dict[int, GenerationResult]:
         """Re-ask once, briefly, for answers whose reasoning ended before an answer statement.
 
-        Updates ``texts`` in place with the short continuation; returns tokens per repaired item.
+        Updates ``texts`` in place with the short continuation; returns the repair generations.
         """
         # a whole-answer reply has no answer line to ask for: no action is no answer
         todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
@@ -413,9 +428,9 @@ class ClientAgent:
         follow = [[*prompts[k], {"role": "assistant", "content": texts[k].strip() or "..."},
                    {"role": "user", "content": REPAIR_PROMPT}] for k in todo]
         extra = self.backend.generate(follow, max_tokens=_REPAIR_TOKENS, temperature=0.0)
-        out: dict[int, int] = {}
+        out: dict[int, GenerationResult] = {}
         for k, g in zip(todo, extra, strict=True):
-            out[k] = g.tokens
+            out[k] = g
             if not g.error and g.text.strip():
                 texts[k] = f"{texts[k].rstrip()}\n{g.text.strip()}"
         return out
@@ -492,6 +507,11 @@ class ClientAgent:
             return
         state.experience.append(item)
         del state.experience[: max(0, len(state.experience) - self.experience_size)]
+
+
+def _timing_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What the backend's timing counters grew by during this message (the run's profile)."""
+    return {k: round(after[k] - before.get(k, 0.0), 4) for k in sorted(after)}
 
 
 def _is_json(text: str) -> bool:

@@ -11,8 +11,10 @@ import dataclasses
 import functools
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
+from pfedma_flwr.agents.backends.cache import default_cache_root, with_generation_cache
 from pfedma_flwr.agents.backends.configured import make_configured_backend
 from pfedma_flwr.agents.hooks import Adversary, AgentHook
 from pfedma_flwr.client.agent import ClientAgent
@@ -125,8 +127,11 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         else:
             embedder_for_facts = embedder
         recognizer = with_private_facts(recognizer, embedder_for_facts, run_name)
+    cached = with_generation_cache(make_configured_backend(backend),
+                                   enabled=policy.cache_setting(backend.cache),
+                                   directory=generation_cache_dir(cfg, node, policy))
     return ClientAgent(
-        profile=profile, backend=make_configured_backend(backend),
+        profile=profile, backend=cached,
         private_data=private, embedder=embedder, recognizer=recognizer,
         rule_mode=policy.rule_mode(cfg.rules.mode),
         few_shot=a.few_shot, few_shot_scope=a.few_shot_scope, experience_size=a.experience_size,
@@ -142,6 +147,25 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         few_shot_style=a.few_shot_style, permute_options=a.permute_options,
         option_reasoning=None if a.option_reasoning == "profile" else a.option_reasoning,
     )
+
+
+def generation_cache_dir(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy
+                         ) -> Path | None:
+    """Where this node keeps its generation cache, or ``None`` (no cache on this node).
+
+    A node with a ``state-dir`` keeps it there (``generations/``); a simulated node under the
+    run's ``output.generation_cache_dir`` (default :func:`default_cache_root`), one directory
+    per client; a deployed node without ``state-dir`` keeps none (nothing of it on a disk its
+    operator did not choose).
+    """
+    state_dir = str(node.get("state-dir", "") or "").strip()
+    if state_dir:
+        return Path(state_dir).expanduser() / "generations"
+    if not policy.simulated:
+        return None
+    pid, _ = node_identity(node)
+    root = cfg.output.generation_cache_dir or default_cache_root()
+    return Path(root).expanduser() / f"p{pid}"
 
 
 def _hooks(cfg: PFedMAConfig, policy: NodePolicy, pid: int, n: int,

@@ -22,6 +22,9 @@ it or weaken its privacy enforcement are therefore the node's:
 - ``allow-programs`` (false): let agents of program-aided profiles run the Python programs
   their model writes, in the client's limited child interpreter (:mod:`pfedma_flwr.agents.
   program`); without it they reason in chain of thought.
+- ``generation-cache`` (true): keep reusable answers in ``<state-dir>/generations``
+  (:mod:`pfedma_flwr.agents.backends.cache`); false switches the cache off whatever the run
+  asks. A deployed node without ``state-dir`` keeps none.
 
 A node whose config holds only Flower's simulation keys (``partition-id``, ``num-partitions``)
 is a *simulated* node: Flower's simulation engine builds that config itself, so no operator
@@ -66,7 +69,7 @@ SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: client-id, state-dir are read by the ClientApp)
 POLICY_KEYS = ("backend", "backend-model", "backend-url", "api-key-env", "data-dir",
                "min-rule-mode", "pii", "private-facts", "allow-run-endpoint", "allow-plugins",
-               "allow-adversary", "allow-programs")
+               "allow-adversary", "allow-programs", "generation-cache")
 PII_RECOGNIZERS = ("presidio", "regex")
 NODE_KEYS = frozenset({*POLICY_KEYS, *SIMULATION_KEYS, "profile", "client-id", "state-dir"})
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -110,6 +113,8 @@ class NodePolicy:
     allow_programs : bool
         Whether this node's agent may run the programs its model writes (``reasoning:
         program``).
+    generation_cache : bool
+        Whether this node may keep a generation cache (false wins over the run's ``cache``).
     simulated : bool
         Built from Flower's simulation node config (for logs and docs only).
     """
@@ -126,6 +131,7 @@ class NodePolicy:
     allow_plugins: bool = False
     allow_adversary: bool = False
     allow_programs: bool = False
+    generation_cache: bool = True
     simulated: bool = False
 
     def __post_init__(self) -> None:
@@ -175,6 +181,8 @@ class NodePolicy:
                                        "node config 'allow-adversary'"),
             allow_programs=parse_bool(node.get("allow-programs", False),
                                       "node config 'allow-programs'"),
+            generation_cache=parse_bool(node.get("generation-cache", True),
+                                        "node config 'generation-cache'"),
         )
 
     def rule_mode(self, requested: str) -> str:
@@ -219,6 +227,10 @@ class NodePolicy:
                         "chain of thought instead")
             return "cot"
         return requested
+
+    def cache_setting(self, requested: bool | None) -> bool | None:
+        """The run's ``cache`` setting, or ``False`` where this node keeps no cache."""
+        return requested if self.generation_cache else False
 
     def data_dir_for(self, run_data_dir: str) -> str:
         """The benchmark data dir: the node's, else the run's if allowed, else the default."""

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="where levels' choice files are read (default conf/experiments/choices)")
     p.add_argument("--port", type=int, default=39291, help="SuperLink port (+2 control)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per variant")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run up to this many scripted variants (no local LLM) at a time; "
+                        "variants with a local LLM always run alone (default 1)")
     a = p.parse_args(args)
     only: dict[str, list[str]] = {}
     for item in a.only:
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run_experiment(a.name, size=a.size, output_dir=out, num_clients=a.num_clients,
                             executor=flwr_executor(a.port, a.timeout), extra=a.extra,
                             reuse=a.reuse, only=only, resume=a.resume, seeds=seeds,
-                            choices_dir=choices)
+                            choices_dir=choices, jobs=a.jobs)
     logging.getLogger(__name__).info("wrote %s", ", ".join(result["files"]))
     return 0
 

@@ -221,6 +221,8 @@ def run_metrics(run: RunData) -> dict[str, float]:
         "rounds": float(s.get("rounds_per_query", math.nan)),
         "tokens": float(s.get("tokens_per_query", math.nan)),
         "calls": float(s.get("backend_calls_per_query", math.nan)),
+        # share of those tokens the clients' generation caches served (reused, still counted)
+        "cached_share": float(s.get("cached_share", math.nan)),
         # USD per query at routing.prices (0 without prices)
         "cost": float(s.get("cost_per_query", math.nan)),
         "global_rules": float(s.get("rules", {}).get("global_active", 0)),

@@ -70,6 +70,10 @@ def _env(flwr_home: Path, port: int, log_level: str | None = None) -> dict[str, 
     # default, but an explicit HF_HUB_OFFLINE=0 (e.g. to fill the cache) is theirs to give.
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", env["HF_HUB_OFFLINE"])
+    # Ray renices its workers to 15: the ClientApps (the run's generations) then lose the cores
+    # to any other work; measured on a shared 2-core machine, 1.3 decode tok/s against 21
+    # idle (docs/throughput.md). They are the run's main work: same priority as the rest.
+    env.setdefault("RAY_worker_niceness", "0")
     return env
 
 

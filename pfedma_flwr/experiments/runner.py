@@ -1,8 +1,17 @@
 """Run an experiment: every variant through an executor, then the table and the plots.
 
 The default executor is :func:`flwr_executor` (``launch.run`` → a real ``flwr run``
-simulation per variant, sequentially). Tests pass an in-process executor (FakeGrid +
-``run_server``); anything with the :data:`Executor` signature works.
+simulation per variant). Tests pass an in-process executor (FakeGrid + ``run_server``);
+anything with the :data:`Executor` signature works.
+
+Variants run one after another unless ``jobs > 1``: then *scripted* variants (every model
+they use is the ``simulated`` or ``mock`` backend: no local LLM) run up to ``jobs`` at a time,
+each in its own slot (``VariantRun.slot``: its own SuperLink ports), and every other variant
+runs alone. A variant with a local LLM never runs beside another one: the embedded llama.cpp
+backend keeps every core busy (``agent.backend.n_threads``, the launcher reserves as many Ray
+CPUs) and its threads synchronise at each layer, so a core taken by anything else stalls all
+of them (``docs/throughput.md``). Within one preset and size all variants share the size's
+backend, so in practice ``tiny`` runs in parallel and ``small`` one variant at a time.
 """
 
 from __future__ import annotations
@@ -10,8 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -64,9 +76,13 @@ class VariantRun:
     output_dir: Path
     resume: bool = False
     seed: int | None = None
+    slot: int = 0
 
 
 Executor = Callable[[VariantRun], None]
+#: backends that generate without a local model (scripted agents, tests)
+SCRIPTED_BACKENDS = frozenset({"simulated", "mock"})
+_SLOT_PORTS = 10
 
 
 def flwr_executor(port: int = 39291, timeout: float = 3600.0) -> Executor:
@@ -75,8 +91,10 @@ def flwr_executor(port: int = 39291, timeout: float = 3600.0) -> Executor:
     def execute(v: VariantRun) -> None:
         from pfedma_flwr.experiments.launch import run  # Flower CLI machinery only when used
 
+        # concurrent variants (slots) each need their own SuperLink ports
         rc = run(config=v.config, num_clients=v.num_clients, output_dir=v.output_dir,
-                 overrides=v.overrides, port=port, timeout=timeout, resume=v.resume)
+                 overrides=v.overrides, port=port + _SLOT_PORTS * v.slot, timeout=timeout,
+                 resume=v.resume)
         if rc != 0:
             raise RuntimeError(f"variant {v.variant} of {v.experiment} failed (rc={rc}); "
                                f"see {v.output_dir / 'run.log'}")
@@ -190,11 +208,68 @@ def _action(vr: VariantRun, *, reuse: bool, resume: bool) -> str:
     return "run"
 
 
+def scripted(v: VariantRun) -> bool:
+    """Whether every model variant ``v`` uses is scripted (no local LLM: fine to run beside)."""
+    from pfedma_flwr.config import load_config
+
+    cfg = load_config({"config-name": v.config, "overrides": v.overrides})
+    sections = [cfg.agent.backend, *cfg.agent.backbones.values()]
+    if cfg.anomaly.judge == "llm":
+        sections.append(cfg.anomaly.judge_backend)
+    if cfg.routing.orchestrator == "llm":
+        sections.append(cfg.routing.llm_backend)
+    return all(b.name in SCRIPTED_BACKENDS for b in sections)
+
+
+def _execute_all(execute: Executor, runs: Sequence[VariantRun], jobs: int,
+                 walls: dict[str, float], save: Callable[[dict[str, float]], None]) -> None:
+    """Run every variant (scripted ones ``jobs`` at a time, the rest alone).
+
+    Adds each run's wall seconds to ``walls`` under its directory's name (a resumed level adds
+    its earlier sittings' time) and calls ``save`` after each run, so an interrupted preset
+    keeps the time of what finished.
+    """
+    lock = threading.Lock()
+
+    def timed(v: VariantRun) -> None:
+        logger.info("%s %s/%s -> %s", "resuming" if v.resume else "running", v.experiment,
+                    v.variant, v.output_dir)
+        t0 = time.perf_counter()
+        execute(v)
+        key = v.output_dir.name
+        with lock:
+            walls[key] = (walls.get(key, 0.0) if v.resume else 0.0) + time.perf_counter() - t0
+            save(walls)
+
+    light = [v for v in runs if jobs > 1 and scripted(v)]
+    if light:
+        # a variant takes a free slot (its own SuperLink ports) and gives it back when it
+        # ended: two variants never hold one slot, whatever order they finish in
+        free: queue.Queue[int] = queue.Queue()
+        for k in range(jobs):
+            free.put(k)
+
+        def in_slot(v: VariantRun) -> None:
+            slot = free.get()
+            try:
+                timed(replace(v, slot=slot))
+            finally:
+                free.put(slot)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(in_slot, v) for v in light]
+            for f in futures:
+                f.result()  # the first failure propagates, as in a sequential run
+    for v in runs:
+        if v not in light:
+            timed(v)
+
+
 def run_experiment(
     name: str, *, size: str = "tiny", output_dir: Path, num_clients: int | None = None,
     executor: Executor | None = None, extra: Sequence[str] = (), reuse: bool = False,
     only: Mapping[str, Sequence[str]] | None = None, resume: bool = False,
-    seeds: Sequence[int] = (), choices_dir: Path | None = None,
+    seeds: Sequence[int] = (), choices_dir: Path | None = None, jobs: int = 1,
 ) -> dict[str, Any]:
     """Run experiment ``name``; write ``results.csv``/``.md``, plots and ``experiment.json``.
 
@@ -225,38 +300,38 @@ def run_experiment(
         seeds, ``<metric>_sd`` their standard deviation.
     choices_dir : Path, optional
         Where levels' choice files are read (default ``conf/experiments/choices``).
+    jobs : int
+        Scripted variants run this many at a time (module docstring); 1: one after another.
 
     Returns
     -------
     dict
         ``{"rows": [...], "comparison": [...], "files": [...], "wall_seconds": {...}}``.
     """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     preset = load_preset(name)
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     execute = executor or flwr_executor()
     walls = _previous_walls(output_dir) if (reuse or resume) else {}
-    rows: list[dict[str, Any]] = []
-    runs: dict[str, RunData] = {}
-    correct: dict[str, Any] = {}
-    n_seeds: dict[str, int] = {}
-    for variant, reps in plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
-                              only=only, seeds=seeds, choices_dir=choices_dir):
-        loaded = []
+    planned = plan(preset, size, output_dir, num_clients=num_clients, extra=extra, only=only,
+                   seeds=seeds, choices_dir=choices_dir)
+    todo: list[VariantRun] = []
+    for _, reps in planned:
         for vr in reps:
             what = _action(vr, reuse=reuse, resume=resume)
             if what == "reuse":
                 logger.info("reusing %s", vr.output_dir)
             else:
-                logger.info("%s %s/%s -> %s", "resuming" if what == "resume" else "running",
-                            preset.name, vr.variant, vr.output_dir)
-                t0 = time.perf_counter()
-                execute(replace(vr, resume=what == "resume"))
-                key = vr.output_dir.name  # a resumed level adds its earlier sittings' time
-                before = walls.get(key, 0.0) if what == "resume" else 0.0
-                walls[key] = before + time.perf_counter() - t0
-                _save_walls(output_dir, walls)
-            loaded.append(load_run(vr.output_dir))
+                todo.append(replace(vr, resume=what == "resume"))
+    _execute_all(execute, todo, jobs, walls, lambda w: _save_walls(output_dir, w))
+    rows: list[dict[str, Any]] = []
+    runs: dict[str, RunData] = {}
+    correct: dict[str, Any] = {}
+    n_seeds: dict[str, int] = {}
+    for variant, reps in planned:
+        loaded = [load_run(vr.output_dir) for vr in reps]
         runs[variant.name] = loaded[0]
         correct[variant.name] = correctness(loaded)
         n_seeds[variant.name] = len(loaded)

@@ -57,6 +57,9 @@ def columns(preset: ExperimentPreset, rows: Sequence[dict[str, Any]]) -> list[st
             out.append(c)
             if c == "ACC":
                 out.extend(m for m in _AFTER_ACC if m in present and m not in out)
+    if "tokens" in out and "cached_share" not in out:
+        # what the token columns count but the caches served (0 on a first run)
+        out.insert(out.index("tokens") + 1, "cached_share")
     out.extend(m for m in _PAIRED if m in present and m not in out)
     return out
 
@@ -106,7 +109,8 @@ def write_tables(preset: ExperimentPreset, rows: Sequence[dict[str, Any]], out_d
     lines = [f"# {preset.name}", "", preset.description.strip(), "",
              "| " + " | ".join(md_head) + " |", "|" + "---|" * len(md_head)]
     lines += ["| " + " | ".join(row) + " |" for row in md_body]
-    lines += ["", "Rates in percent (NRP in percent); rounds, tokens and backend calls per query."]
+    lines += ["", "Rates in percent (NRP in percent); rounds, tokens and backend calls per query; "
+              "cached_share: percent of the tokens that generation caches served."]
     if "ACC_lo" in header:
         lines += ["ACC [95 % interval: Wilson for one run, bootstrap over questions for seed "
                   "means]; dACC = ACC - the reference level's ACC on the same questions "

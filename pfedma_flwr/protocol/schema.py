@@ -344,6 +344,8 @@ class ProcessedResponse:
     #: the collaboration round of the routed query this answers (0: not bound); the server
     #: rejects a response bound to another round (a stale reply)
     round: int = 0
+    # of ``tokens``, those of answers the client's generation cache served (reused, not spent)
+    cached_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -354,6 +356,7 @@ class ProcessedResponse:
             "error": self.error,
             "tokens": self.tokens,
             "round": self.round,
+            "cached_tokens": self.cached_tokens,
         }
 
     @classmethod
@@ -362,7 +365,7 @@ class ProcessedResponse:
     ) -> ProcessedResponse:
         d = obj_(d, path)
         no_extra(d, path, {"query_id", "response", "format_ok", "refused", "error", "tokens",
-                           "round"})
+                           "round", "cached_tokens"})
         raw = d.get("response")
         for key in ("format_ok", "refused"):
             if not isinstance(d.get(key, False), bool):
@@ -377,6 +380,8 @@ class ProcessedResponse:
             error=str_(d.get("error", ""), f"{path}.error", lim),
             tokens=int_(d.get("tokens", 0), f"{path}.tokens", hi=lim.max_answer_tokens),
             round=int_(d.get("round", 0), f"{path}.round", hi=10**6),
+            cached_tokens=int_(d.get("cached_tokens", 0), f"{path}.cached_tokens",
+                               hi=lim.max_answer_tokens),
         )
 
 

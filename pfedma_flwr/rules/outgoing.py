@@ -82,7 +82,8 @@ def check_outgoing(reply: ClientReply, secrets: Sequence[str]) -> tuple[ClientRe
         if holds_secret(r.to_dict(), secrets):
             n_resp += 1
             responses.append(ProcessedResponse(r.query_id, None, refused=True, error=BLOCKED,
-                                               tokens=r.tokens, round=r.round))
+                                               tokens=r.tokens, cached_tokens=r.cached_tokens,
+                                               round=r.round))
         else:
             responses.append(r)
     cands = tuple(c for c in reply.candidates if not holds_secret(c.to_dict(), secrets))

@@ -215,11 +215,6 @@ def _render(n: _Node) -> str:
     return n.src + (f"{{{n.lo}}}" if n.lo == n.hi else f"{{{n.lo},{n.hi}}}")
 
 
-_LOWER = frozenset(c for c in _ALPHABET if c.isalpha() and not c.isupper())
-_UPPER = frozenset(c for c in _ALPHABET if c.isupper())
-_DIGITS = frozenset(c for c in _ALPHABET if c.isdigit())
-_SPACE = frozenset(c for c in _ALPHABET if c.isspace())
-_PUNCT = frozenset(_ALPHABET) - _LOWER - _UPPER - _DIGITS - _SPACE
 #: every ASCII punctuation character, as a class body
 PUNCT_CLASS = r"!-/:-@\[-`{-~"
 _BROAD = frozenset({".", r"\w", r"\W", r"\S", r"\D", r"\s", r"\d"})
@@ -240,21 +235,36 @@ def _widen(n: _Node) -> str:
     if n.kind == "group":
         body = "(?:" + "|".join("".join(_widen(c) for c in b) for b in n.branches) + ")"
         return _render(_Node("group", body, lo=n.lo, hi=n.hi))
-    adds = "".join(r for cls, r in ((_LOWER, "a-z"), (_UPPER, "A-Z"), (_DIGITS, "0-9"),
-                                    (_SPACE, r"\s"), (_PUNCT, PUNCT_CLASS)) if n.chars & cls)
+    adds = "".join(r for kind, r in (("lower", "a-z"), ("upper", "A-Z"), ("digit", "0-9"),
+                                     ("space", r"\s"), ("punct", PUNCT_CLASS))
+                   if any(_kind(c) == kind for c in n.chars))
     src = n.src
     if adds and src not in _BROAD and not src.startswith("[^"):
         src = "[" + adds + src[1:] if src.startswith("[") else f"[{adds}{src}]"
     return _render(_Node("char", src, n.chars, lo=n.lo, hi=n.hi))
 
 
+def _kind(c: str) -> str:
+    """The shape class of one character, as :func:`~pfedma_flwr.rules.probe.shape` draws it."""
+    if c.isdigit():
+        return "digit"
+    if c.isalpha():
+        return "upper" if c.isupper() else "lower"
+    return "space" if c.isspace() else "punct"
+
+
 @functools.lru_cache(maxsize=4096)
 def _chars_of(src: str, flags: int) -> frozenset[str]:
+    """The characters ``src`` matches among :data:`_ALPHABET` and the characters it names.
+
+    A symbol outside the alphabet (``°``, ``€``) counts as the punctuation it is in the
+    shape space: ``°C?\B`` probes like ``.C?\B`` (a held-out "37 °." was redacted before).
+    """
     try:
         compiled = regex.compile(src, flags | regex.VERSION0)
     except regex.error as e:  # e.g. a reversed range [z-a]
         raise UnsafePatternError("syntax", src, str(e)) from None
-    return frozenset(c for c in _ALPHABET if compiled.fullmatch(c))
+    return frozenset(c for c in (*_ALPHABET, *src) if compiled.fullmatch(c))
 
 
 def _paths(seq: list[_Node], follow: frozenset[str], tail: bool = False, prior: int = 1) -> int:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from pfedma_flwr.agents.backends import Backend
+from pfedma_flwr.agents.backends.cache import default_cache_root, with_generation_cache
 from pfedma_flwr.agents.backends.configured import make_configured_backend
 from pfedma_flwr.anomaly.judges import JUDGES, Judge
-from pfedma_flwr.config import PFedMAConfig
+from pfedma_flwr.config import BackendConfig, PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.embeddings import Embedder, get_embedder
 from pfedma_flwr.routing.orchestrator import ORCHESTRATORS, Orchestrator
@@ -16,6 +19,17 @@ from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.rules.policy import initial_global_rules, new_id_prefix
 from pfedma_flwr.server.engine import CollaborationEngine, EngineSettings
+
+
+def server_backend(cfg: PFedMAConfig, section: BackendConfig) -> Backend:
+    """The server's backend of a config section, behind its generation cache where on.
+
+    The server's cache lives in ``<output.generation_cache_dir>/server`` (default
+    ``$PFEDMA_CACHE/generations/server``).
+    """
+    root = Path(cfg.output.generation_cache_dir or default_cache_root()).expanduser()
+    return with_generation_cache(make_configured_backend(section), enabled=section.cache,
+                                 directory=root / "server")
 
 
 def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:
@@ -40,7 +54,7 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
                        embedder=embedder)
     if r.orchestrator == "llm":
         lb = r.llm_backend
-        extra_llm = {"backend": make_configured_backend(lb), "max_tokens": lb.max_tokens,
+        extra_llm = {"backend": server_backend(cfg, lb), "max_tokens": lb.max_tokens,
                      "temperature": lb.temperature}
         return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
                        exploration_c=r.exploration_c, use_capability=r.use_capability,

@@ -309,6 +309,7 @@ class CollaborationEngine:
             for c in cids:
                 if c in got:
                     q.tokens += got[c].tokens
+                    q.cached_tokens += min(got[c].cached_tokens, got[c].tokens)
                     q.cost += got[c].tokens * self._price(c) / 1e6
         results = evaluate_batch(
             groups, kinds=[q.task.answer_kind for q in in_flight], judge=self.judge,

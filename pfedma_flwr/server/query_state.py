@@ -104,6 +104,8 @@ class QueryState:
     cost: float = 0.0
     # tokens the orchestrator spent deciding this query's rounds (0 for a heuristic policy)
     orchestrator_tokens: int = 0
+    # of ``tokens``, those of answers the clients' generation caches served
+    cached_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Checkpoint form (between rounds, so ``routed`` is empty and not stored)."""
@@ -117,6 +119,7 @@ class QueryState:
             "asked": sorted(self.asked), "selections": self.selections, "tokens": self.tokens,
             "backend_calls": self.backend_calls, "query_rules_fired": self.query_rules_fired,
             "cost": self.cost, "orchestrator_tokens": self.orchestrator_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
     @classmethod
@@ -136,6 +139,7 @@ class QueryState:
             query_rules_fired=int(d.get("query_rules_fired", 0)),
             cost=float(d.get("cost", 0.0)),
             orchestrator_tokens=int(d.get("orchestrator_tokens", 0)),
+            cached_tokens=int(d.get("cached_tokens", 0)),
         )
 
 
@@ -151,6 +155,7 @@ def finish_record(q: QueryState, reason: str) -> dict[str, Any]:
         "support": q.z.support if q.z is not None else 0.0, "tokens": q.tokens,
         "backend_calls": round(float(q.backend_calls), 3), "cost": round(q.cost, 8),
         "orchestrator_tokens": q.orchestrator_tokens, "query_rules_fired": q.query_rules_fired,
+        "cached_tokens": q.cached_tokens,
         # z's claims: what the analysis judges besides the answer (attack success, leakage)
         "z_claims": list(q.z.claims) if q.z is not None else [],
     }
@@ -193,7 +198,14 @@ def query_metrics(finished: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "orchestrator_tokens_per_query": sum(int(r.get("orchestrator_tokens", 0))
                                              for r in finished) / n,
         "stop_reasons": count(str(r["stop_reason"]) for r in finished),
+        "cached_share": cached_share(finished),
     }
+
+
+def cached_share(finished: Sequence[Mapping[str, Any]]) -> float:
+    """Share of the queries' answer tokens that clients' generation caches served (0 if none)."""
+    tokens = sum(int(r.get("tokens", 0)) for r in finished)
+    return sum(int(r.get("cached_tokens", 0)) for r in finished) / tokens if tokens else 0.0
 
 
 # ---------------------------------------------------------------------- failed answers
@@ -342,8 +354,7 @@ def round_record(
     return {
         "round": server_round, "queries": query_logs, "failures": dict(failures),
         "rejected": rejected, "rules": dict(rules_log),
-        "clients": {c: {"backend_calls": r.backend_calls, "tokens": r.tokens,
-                        "gen_seconds": r.gen_seconds} for c, r in replies.items()},
+        "clients": {c: client_cost(r) for c, r in replies.items()},
         "metrics": {
             "select/num_queries": len(query_logs),
             "select/num_messages": len(replies) + len(failures),
@@ -357,6 +368,17 @@ def round_record(
             "queries/num_finished": num_finished,
         },
     }
+
+
+#: backend timing counters a client reports in ``ClientReply.extra`` (the run profile)
+TIMING_KEYS = ("respond_s", "prefill_s", "decode_s", "prefill_tokens", "decode_tokens")
+
+
+def client_cost(r: Any) -> dict[str, Any]:
+    """A client's cost line of a round: calls, tokens (cached among them), time split."""
+    return {"backend_calls": r.backend_calls, "tokens": r.tokens, "gen_seconds": r.gen_seconds,
+            "cached_tokens": sum(min(p.cached_tokens, p.tokens) for p in r.responses),
+            **{k: r.extra[k] for k in TIMING_KEYS if k in r.extra}}
 
 
 def collect_replies(

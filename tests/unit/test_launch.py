@@ -23,6 +23,14 @@ def test_env_carries_the_log_level_flag_else_the_users_else_info(monkeypatch, tm
     assert launch._env(tmp_path, 39999, "debug")[LOG_LEVEL_ENV] == "DEBUG"
 
 
+def test_ray_workers_keep_the_launchers_priority_unless_the_user_sets_one(monkeypatch, tmp_path):
+    # Ray's default niceness 15 let any other process starve the ClientApps' generations
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    assert launch._env(tmp_path, 39999)["RAY_worker_niceness"] == "0"
+    monkeypatch.setenv("RAY_worker_niceness", "10")
+    assert launch._env(tmp_path, 39999)["RAY_worker_niceness"] == "10"
+
+
 def test_flower_commands_come_from_this_interpreters_environment(monkeypatch, tmp_path):
     # /venv/bin/pfedma run without an activated venv: PATH's first flwr belonged to another
     # environment, which could not import the app.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pfedma_flwr.rules.normalize import normalize_text
@@ -69,6 +69,7 @@ def test_heldout_sample_is_disjoint_from_the_probe_and_covers_the_benchmarks():
 @settings(max_examples=600, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(patterns)
+@example(r"°C?\B")  # found by this test: a symbol outside the probe's alphabet was not widened
 def test_no_accepted_pattern_alters_a_heldout_task(pattern):
     try:
         checked = check_pattern(pattern)

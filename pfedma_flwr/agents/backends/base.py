@@ -40,6 +40,9 @@ class GenerationResult:
     code : str
         Empty on success; otherwise a short reason code (``[a-z0-9_]``, e.g. ``connect``,
         ``timeout``, ``http_500``, ``bad_prompt``) to count failures by.
+    cached : bool
+        Served from the node's generation cache (:mod:`~pfedma_flwr.agents.backends.cache`):
+        the token counts are those of the generation that produced it.
     """
 
     text: str
@@ -48,6 +51,7 @@ class GenerationResult:
     finish_reason: str = "stop"
     error: str = ""
     code: str = ""
+    cached: bool = False
 
     @property
     def tokens(self) -> int:
@@ -96,6 +100,8 @@ class Backend(abc.ABC):
 
     #: registry name, for logs
     name: str = "backend"
+    #: whether the generation cache is on when the config leaves it unset (``cache: null``)
+    cache_default: bool = False
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -128,6 +134,7 @@ class Backend(abc.ABC):
         temperature: float = 0.0,
         json_schema: dict[str, Any] | None = None,
         seed: int | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[GenerationResult]:
         """Generate one completion per chat prompt.
 
@@ -143,6 +150,9 @@ class Backend(abc.ABC):
             Constrain/ask for JSON following this schema, where the backend supports it.
         seed : int, optional
             Sampling seed (item ``k`` uses ``seed + k`` where the backend samples per item).
+        seeds : sequence of int, optional
+            One sampling seed per item, in place of ``seed + k`` (the generation cache asks
+            for the items it misses with the seeds they have in the whole batch).
 
         Returns
         -------
@@ -153,6 +163,8 @@ class Backend(abc.ABC):
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         if not temperature >= 0.0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
         results: list[GenerationResult | None] = []
         valid: list[int] = []
         for k, p in enumerate(prompts):
@@ -168,7 +180,9 @@ class Backend(abc.ABC):
                 temperature=temperature,
                 json_schema=json_schema,
                 seed=seed,
-            )
+            ) if seeds is None else self._generate_seeded(
+                [list(prompts[k]) for k in valid], seeds=[int(seeds[k]) for k in valid],
+                max_tokens=max_tokens, temperature=temperature, json_schema=json_schema)
             if len(produced) != len(valid):
                 raise RuntimeError(
                     f"{type(self).__name__} returned {len(produced)} results "
@@ -218,6 +232,48 @@ class Backend(abc.ABC):
         logits raise ``NotImplementedError`` (judges then generate and parse instead).
         """
         raise NotImplementedError(f"{type(self).__name__} does not expose next-token logits")
+
+    def _generate_seeded(
+        self,
+        prompts: list[Messages],
+        *,
+        seeds: list[int],
+        max_tokens: int,
+        temperature: float,
+        json_schema: dict[str, Any] | None,
+    ) -> list[GenerationResult]:
+        """Like :meth:`_generate_batch` with one seed per item.
+
+        Backends that seed each item on its own override this with one batch; the default
+        makes one :meth:`_generate_batch` call per run of consecutive seeds, so that item ``k``
+        of a run starting at seed ``s`` samples with ``s + k`` as the contract says.
+        """
+        out: list[GenerationResult] = []
+        start = 0
+        for end in range(1, len(prompts) + 1):
+            if end == len(prompts) or seeds[end] != seeds[end - 1] + 1:
+                out.extend(self._generate_batch(
+                    prompts[start:end], max_tokens=max_tokens, temperature=temperature,
+                    json_schema=json_schema, seed=seeds[start]))
+                start = end
+        return out
+
+    def cache_identity(self) -> dict[str, Any] | None:
+        """What identifies this backend's model and decoding for the generation cache.
+
+        ``None`` (the default) means its answers are not cached: scripted and mock backends.
+        Real backends return the model's content hash (or endpoint and model id) and the
+        settings that change an answer (context length, dtype, library version).
+        """
+        return None
+
+    def timings(self) -> dict[str, float]:
+        """Cumulative time split of this backend's generations (for the run profile).
+
+        Empty by default; the embedded llama.cpp backend reports ``prefill_s``, ``decode_s``,
+        ``prefill_tokens`` and ``decode_tokens``.
+        """
+        return {}
 
     def endpoint(self) -> str:
         """Where this backend generates, for messages (no secrets): here, in-process."""

@@ -103,6 +103,28 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+_SHA_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def model_sha256(path: Path) -> str:
+    """The sha256 of a model file: the catalogued one of an assembled embedded model, else read.
+
+    An assembled chunked model was verified against :data:`EMBEDDED_MODELS` when it was
+    published (and :func:`embedded_model_path` re-checks its size), so its catalogued digest
+    is its identity without reading 1 GB again. Any other file is hashed once per process
+    (memoized by path, size and modification time).
+    """
+    st = path.stat()
+    for m in EMBEDDED_MODELS.values():
+        if m.sha256 and path.name == m.filename and st.st_size == m.size \
+                and path.parent == cache_dir():
+            return m.sha256
+    memo = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo not in _SHA_MEMO:
+        _SHA_MEMO[memo] = file_sha256(path)
+    return _SHA_MEMO[memo]
+
+
 def embedded_model_path(name: str) -> Path:
     """Path of a ready-to-load GGUF file for embedded model ``name``.
 

@@ -19,13 +19,18 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
-from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, embedded_model_path
+from pfedma_flwr.agents.backends.embedded import (
+    EMBEDDED_MODELS,
+    embedded_model_path,
+    model_sha256,
+)
 from pfedma_flwr.agents.backends.llama_sampling import ChainSampler, GrammarGreedySampler
 
 logger = logging.getLogger(__name__)
@@ -85,6 +90,7 @@ class LlamaCppBackend(Backend):
     """
 
     name = "embedded"
+    cache_default = True
 
     def __init__(
         self,
@@ -134,6 +140,9 @@ class LlamaCppBackend(Backend):
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         # steps where the grammar rejected the plain argmax (full-vocabulary check needed)
         self.grammar_fallbacks = 0
+        # cumulative seconds and tokens of prompt prefill and of token-by-token decoding
+        self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "prefill_tokens": 0.0,
+                        "decode_tokens": 0.0}
         self._ctx: Any = None
         self._ctx_cells = 0
         self._ctx_seqs = 0
@@ -210,18 +219,37 @@ class LlamaCppBackend(Backend):
         seed: int | None,
     ) -> list[GenerationResult]:
         seed = self.seed if seed is None else seed
+        return self._generate_seeded(prompts, seeds=[seed + k for k in range(len(prompts))],
+                                     max_tokens=max_tokens, temperature=temperature,
+                                     json_schema=json_schema)
+
+    def _generate_seeded(
+        self,
+        prompts: list[Messages],
+        *,
+        seeds: list[int],
+        max_tokens: int,
+        temperature: float,
+        json_schema: dict[str, Any] | None,
+    ) -> list[GenerationResult]:
+        # each sequence has its own sampler, so any seed per item fits in one batch
         out: list[GenerationResult] = []
         with self._gen_lock:
             if self.mode == "sequential":
-                for k, p in enumerate(prompts):
-                    out.append(
-                        self._one_sequential(p, max_tokens, temperature, json_schema, seed + k)
-                    )
+                for p, s in zip(prompts, seeds, strict=True):
+                    out.append(self._one_sequential(p, max_tokens, temperature, json_schema, s))
                 return out
             for start in range(0, len(prompts), self.max_batch):
-                chunk = prompts[start : start + self.max_batch]
-                out.extend(self._batched(chunk, max_tokens, temperature, json_schema, seed + start))
+                end = start + self.max_batch
+                out.extend(self._batched(prompts[start:end], max_tokens, temperature,
+                                         json_schema, seeds[start:end]))
         return out
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The GGUF file's sha256, llama.cpp's version and the settings that change answers."""
+        return {"backend": "llama.cpp", "llama_cpp": str(getattr(self._ll, "__version__", "")),
+                "model_sha256": model_sha256(self.model_path), "n_ctx": self.n_ctx,
+                "n_batch": self.n_batch, "mode": self.mode, "kv_unified": self.kv_unified}
 
     def _one_sequential(
         self,
@@ -292,7 +320,7 @@ class LlamaCppBackend(Backend):
         max_tokens: int,
         temperature: float,
         json_schema: dict[str, Any] | None,
-        seed: int,
+        seeds: list[int],
     ) -> list[GenerationResult]:
         results: list[GenerationResult | None] = [None] * len(prompts)
         grammar = None
@@ -312,7 +340,7 @@ class LlamaCppBackend(Backend):
                 )
                 continue
             budget = min(max_tokens, self.n_ctx - len(toks))
-            seqs.append(_Seq(k, toks, budget, self._make_sampler(temperature, grammar, seed + k)))
+            seqs.append(_Seq(k, toks, budget, self._make_sampler(temperature, grammar, seeds[k])))
         if seqs:
             per_seq = max(len(s.prompt) + s.budget for s in seqs)
             self._ensure_context(-(-per_seq // _CTX_ROUND) * _CTX_ROUND, len(prompts))
@@ -378,7 +406,12 @@ class LlamaCppBackend(Backend):
             self._decode()
         return row
 
+    def timings(self) -> dict[str, float]:
+        """Cumulative prefill/decode seconds and tokens of batched generations."""
+        return dict(self._timing)
+
     def _decode_all(self, seqs: list[_Seq], stops: list[bytes]) -> None:
+        t0 = time.perf_counter()
         b = self._batch.batch
         # Prefill each prompt on its own (chunks of n_batch): mixing sequences in one ubatch
         # was ~4x slower in llama.cpp 0.3.36 on CPU. A prefix shared by all prompts (system
@@ -393,8 +426,12 @@ class LlamaCppBackend(Backend):
         for s in seqs:
             idx = self._prefill(s.index, s.prompt, shared, len(s.prompt), want_last=True)
             self._accept(s, idx, stops)
+        t1 = time.perf_counter()
+        self._timing["prefill_s"] += t1 - t0
+        self._timing["prefill_tokens"] += shared + sum(len(s.prompt) - shared for s in seqs)
         # Decode: one token per active sequence per llama_decode.
         active = [s for s in seqs if not s.finish]
+        steps = 0
         while active:
             b.n_tokens = len(active)
             for j, s in enumerate(active):
@@ -406,7 +443,10 @@ class LlamaCppBackend(Backend):
             self._decode()
             for j, s in enumerate(active):
                 self._accept(s, j, stops)
+            steps += len(active)
             active = [s for s in active if not s.finish]
+        self._timing["decode_s"] += time.perf_counter() - t1
+        self._timing["decode_tokens"] += steps
 
     def close(self) -> None:
         """Free the batched context and the model."""

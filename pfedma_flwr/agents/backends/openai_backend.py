@@ -280,6 +280,22 @@ class OpenAIBackend(Backend):
         seed: int | None,
     ) -> list[GenerationResult]:
         seeds = [None if seed is None else seed + k for k in range(len(prompts))]
+        return self._requests(prompts, seeds, max_tokens, temperature, json_schema)
+
+    def _generate_seeded(
+        self,
+        prompts: list[Messages],
+        *,
+        seeds: list[int],
+        max_tokens: int,
+        temperature: float,
+        json_schema: dict[str, Any] | None,
+    ) -> list[GenerationResult]:
+        return self._requests(prompts, list(seeds), max_tokens, temperature, json_schema)
+
+    def _requests(self, prompts: list[Messages], seeds: Sequence[int | None], max_tokens: int,
+                  temperature: float, json_schema: dict[str, Any] | None,
+                  ) -> list[GenerationResult]:
         if len(prompts) == 1 or self.concurrency == 1:
             return [
                 self._one(p, max_tokens, temperature, json_schema, s)
@@ -292,6 +308,12 @@ class OpenAIBackend(Backend):
                     zip(prompts, seeds, strict=True),
                 )
             )
+
+    def cache_identity(self) -> dict[str, Any]:
+        """Endpoint and model id (off unless ``cache: true``: a served model may change)."""
+        return {"backend": "openai", "base_url": _safe_url(self.base_url), "model": self.model,
+                "json_mode": self.json_mode, "extra_body": self.extra_body,
+                "strip_think": self.strip_think}
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
-from pfedma_flwr.agents.backends.embedded import EMBEDDED_MODELS, cache_dir, embedded_model_path
+from pfedma_flwr.agents.backends.embedded import (
+    EMBEDDED_MODELS,
+    cache_dir,
+    embedded_model_path,
+    file_sha256,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +71,18 @@ def resolve_model_dir(model: str) -> Path:
     raise ValueError(f"model {model!r}: {why}; the transformers backend takes a local HF "
                      f"directory, a .gguf file, an embedded name {sorted(EMBEDDED_MODELS)} or "
                      "a cached Hugging Face model id")
+
+
+def dir_sha256(directory: Path) -> str:
+    """sha256 over the sorted relative names and contents of every file under ``directory``.
+
+    Symbolic links (a Hugging Face cache snapshot links to its blobs) are followed.
+    """
+    h = hashlib.sha256()
+    for f in sorted(p for p in directory.rglob("*") if p.is_file()):
+        h.update(f.relative_to(directory).as_posix().encode("utf-8") + b"\0")
+        h.update(file_sha256(f).encode("ascii"))
+    return h.hexdigest()
 
 
 def _converted_dir(gguf: Path) -> Path:
@@ -126,6 +143,7 @@ class TransformersBackend(Backend):
     """
 
     name = "transformers"
+    cache_default = True
 
     def __init__(
         self, *, model: str, device: str = "auto", dtype: str = "auto", max_batch: int = 16
@@ -146,6 +164,8 @@ class TransformersBackend(Backend):
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = device
+        self.model_dir = path
+        self._identity: dict[str, Any] | None = None
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
         self.max_batch = max_batch
@@ -158,6 +178,20 @@ class TransformersBackend(Backend):
         ).to(device)  # type: ignore[arg-type]  # stubs: .to on the class
         self.model.eval()
         logger.info("transformers backend: %s on %s (%s)", path, device, dtype)
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The weights directory's content hash, device, dtype and library versions.
+
+        Hashed once per backend (reads every file of the model directory).
+        """
+        if self._identity is None:
+            import transformers
+
+            self._identity = {
+                "backend": "transformers", "weights_sha256": dir_sha256(self.model_dir),
+                "device": self.device.split(":")[0], "dtype": str(self.model.dtype),
+                "transformers": transformers.__version__, "torch": self._torch.__version__}
+        return self._identity
 
     def _generate_batch(
         self,
