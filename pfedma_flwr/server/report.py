@@ -39,7 +39,7 @@ RULES_PNG = "rules.png"
 PLOTS = (ACCURACY_PNG, ACCURACY_ROUNDS_PNG, ROUNDS_PNG, SELECTION_PNG, CAPABILITY_PNG, RULES_PNG)
 #: every file a run leaves in its output dir (``pfedma run --overwrite`` removes exactly these)
 RUN_FILES = ("summary.json", "rounds.jsonl", "queries.jsonl", "checkpoint.json", "config.yaml",
-             "run.log", RUN_INFO, REPORT, *PLOTS)
+             "run.log", "progress.jsonl", RUN_INFO, REPORT, *PLOTS)
 
 
 
