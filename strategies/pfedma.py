@@ -329,8 +329,8 @@ class PFedMA(Strategy):
         if self.on_progress is None:
             return
         rec = d.to_dict()
-        if d.node is not None:
-            rec["client"] = self._key_of.get(d.node, f"node-{d.node}")
+        if d.node is not None and d.node in self._key_of:
+            rec["client"] = self._key_of[d.node]
         self.on_progress(rec)
 
     def wait_for_nodes(self, grid: Grid) -> list[int]:

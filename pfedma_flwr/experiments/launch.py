@@ -70,6 +70,8 @@ def _env(flwr_home: Path, port: int, log_level: str | None = None, *,
     # The SuperLink's children (ServerApp, simulation, Ray workers) inherit it:
     # logs.configure_logging reads it in each of them.
     env[LOG_LEVEL_ENV] = (log_level or env.get(LOG_LEVEL_ENV) or "INFO").upper()
+    if log_level:  # Flower's own processes read theirs before any app code runs
+        env["FLWR_LOG_LEVEL"] = log_level.upper()
     if tag:
         env[processes.LAUNCH_TAG] = tag
     env.update(

@@ -182,10 +182,11 @@ def make_tracker(backend: str, target: Path | str) -> Tracker | None:
     return Tracker(backend=name, target=target)
 
 
-def replay(run_dir: Path | str, tracker: Tracker) -> int:
-    """Feed a finished run dir's round records (with the accuracy after each) to ``tracker``.
+def replay(run_dir: Path | str, tracker: Tracker, final: Mapping[str, Any] | None = None) -> int:
+    """Feed a run dir's config, rounds (with the accuracy after each) and ``final`` metrics.
 
-    Returns the number of rounds recorded; the tracker is closed.
+    ``final`` is an experiment's results-table row, logged after the last round. Returns the
+    number of rounds recorded; the tracker is closed.
     """
     from pfedma_flwr.server.report import accuracy_by_round, load_run_dir
 
@@ -197,6 +198,8 @@ def replay(run_dir: Path | str, tracker: Tracker) -> int:
             tracker.config(config.read_text(encoding="utf-8"))
         for rec in run.rounds:
             tracker.round(rec, acc.get(int(_num(rec.get("round")) or 0)))
+        if final:
+            tracker.final(final)
     finally:
         tracker.close()
     return tracker.steps

@@ -202,7 +202,8 @@ def delivery_line(event: Mapping[str, Any], acc: RunningAccuracy) -> str:
     where = "handshake" if r == 0 else f"round {r}"
     if event.get("event") == "reply":
         n = _n(event.get("answers_of")) if "answers_of" in event else None
-        what = f"{_short(event.get('client', '?'), 40)} replied" + (f" ({n} answers)" if n else "")
+        who = event.get("client") or f"node {_n(event.get('node'))}"
+        what = f"{_short(who, 40)} replied" + (f" ({n} answer{'' if n == 1 else 's'})" if n else "")
     else:
         waiting = _n(event.get("nodes")) - _n(event.get("replied"))
         what = f"waiting for {waiting} client{'' if waiting == 1 else 's'}"
