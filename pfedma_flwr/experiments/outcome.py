@@ -73,7 +73,12 @@ def finish(out: Path, cmd: list[str], rc: int, status: str) -> None:
     if status == "interrupted":
         s = _read_summary(out / "summary.json")
         write_json_atomic(out / "summary.json", {**s, "status": "interrupted"})
-    rep.update_run_info(out, {"finished_at": rep.now(), "exit_code": rc, "status": status})
+    info = rep.update_run_info(out, {"finished_at": rep.now(), "exit_code": rc,
+                                     "status": status})
+    ran, ours = info.get("server_python"), info.get("launcher_python")
+    if ran and ours and ran != ours:  # Flower's processes must run the code the user invoked
+        sys.stderr.write(f"[pfedma] warning: the ServerApp ran on {ran}, not on {ours} that "
+                         "started the run; its results came from that interpreter's install\n")
     if existing_results(out):
         try:
             path = rep.write_report(out)

@@ -112,8 +112,10 @@ def test_report_has_headline_numbers_failures_rules_routing_and_plots(tmp_path):
     # reason codes commonest first
     assert text.index("| timeout | 2 |") < text.index("| malformed | 1 |")
     assert "redact a \\| b names" in text  # a pipe in a rule's text cannot break the table
-    assert "| partition-0 | 0.7 | 0.6 | 0.4 |" in text
-    assert "| 1 | 4 | 6 | 2 | 900 | 6 | 2 | 1 |" in text
+    assert "| partition-0 | - | 0.7 | 0.6 | 0.4 |" in text  # no handshake profile recorded
+    # one table per round; these rounds name no query, so all 4 count from the last round
+    assert "| 1 | 4 | 6 | 2 | 900 | 6 | 0 | 1 | - | - | - | 0 | 0 |" in text
+    assert "| 2 | 2 | 3 | 1 | 400 | 2 | 4 | 0 | 75.0 % | 50.0 % | 100.0 % | 0 | 0 |" in text
     for png in (report.ACCURACY_PNG, report.ROUNDS_PNG):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (out / png).stat().st_mode & 0o777 == 0o600
