@@ -55,10 +55,18 @@ def installed_dir(name: str) -> Path | None:
     return source if source is not None and source.is_dir() else None
 
 
+def _has_data(path: Path) -> bool:
+    # an app bundle keeps data/SOURCES.md but none of the .gz files beside it
+    return path.is_dir() and next(path.glob("*/*.gz"), None) is not None
+
+
 def data_dir() -> Path:
     """The benchmark data directory shipped with the app (``gsm8k/``, ``medqa/``, ...)."""
     here = _first_dir(PACKAGE_DIR / "_data", _ROOT / "data")
-    return here if here.is_dir() else (installed_dir("data") or here)
+    if _has_data(here):
+        return here
+    there = installed_dir("data")
+    return there if there is not None and _has_data(there) else here
 
 
 def is_source_tree() -> bool:

@@ -18,6 +18,7 @@ FORMATTED=(
   tests/unit/test_flwr_run_deps.py tests/e2e/test_llama_server.py
   pfedma_flwr/rules/private_facts.py tests/unit/test_private_facts.py
   tests/strategy/test_private_facts_run.py scripts/train_private_facts.py
+  tests/unit/test_delivery.py tests/unit/test_run_config.py
 )
 TYPED=(
   pfedma_flwr/cli.py pfedma_flwr/logs.py pfedma_flwr/experiments/launch.py
@@ -32,6 +33,8 @@ TYPED=(
   pfedma_flwr/experiments/attacks.py pfedma_flwr/agents/backends/configured.py
   pfedma_flwr/routing/llm_action.py pfedma_flwr/routing/llm_orchestrator.py
   pfedma_flwr/aggregation/refinement.py
+  pfedma_flwr/experiments/preflight.py pfedma_flwr/experiments/processes.py
+  pfedma_flwr/experiments/outcome.py pfedma_flwr/run_config.py pfedma_flwr/protocol/startup.py
 )
 
 echo "[lint] ruff check"

@@ -215,7 +215,7 @@ def run(
     bin_dir = processes.flower_bin(flwr_home / "bin")
     env = _env(flwr_home, plan.port, log_level, bin_dir=bin_dir, tag=tag)
     cmd = command or ["pfedma", "run"]
-    rc, status, started = EXIT_FAILED, "failed", False
+    rc, status, verdict, started = EXIT_FAILED, "failed", "", False
     link = None
     with processes.stop_on_signals():
         try:
@@ -232,9 +232,10 @@ def run(
                 from pfedma_flwr.config import to_yaml
 
                 plan.tracker.config(to_yaml(plan.cfg))
-            rc, status = _submit(plan, env, output_dir, num_clients=num_clients, config=config,
-                                 resume=resume, progress=progress and not quiet, quiet=quiet,
-                                 gpus_per_client=gpus_per_client, timeout=timeout)
+            rc, status, verdict = _submit(
+                plan, env, output_dir, num_clients=num_clients, config=config, resume=resume,
+                progress=progress and not quiet, quiet=quiet, gpus_per_client=gpus_per_client,
+                timeout=timeout)
         except processes.Interrupted as e:
             rc, status = 128 + e.signum, "interrupted"
         except RuntimeError as e:  # the SuperLink did not start: nothing was removed
@@ -244,14 +245,14 @@ def run(
             if plan.tracker is not None:
                 plan.tracker.close()
     if started:
-        finish(output_dir, cmd, rc, status)
+        finish(output_dir, cmd, rc, status, verdict)
     return rc
 
 
 def _submit(plan: Plan, env: dict[str, str], output_dir: Path, *, num_clients: int,
             config: str, resume: bool, progress: bool, quiet: bool, gpus_per_client: float,
-            timeout: float) -> tuple[int, str]:
-    """Submit the run, follow it, judge its outcome: ``(exit code, status)``."""
+            timeout: float) -> tuple[int, str, str]:
+    """Submit the run, follow it, judge its outcome: ``(exit code, status, verdict line)``."""
     run_cfg = run_config_text(config=config, output_dir=output_dir, data_dir=plan.data_dir,
                               overrides=with_launcher_overrides(plan.overrides) if progress
                               else plan.overrides, resume=resume)
@@ -266,9 +267,8 @@ def _submit(plan: Plan, env: dict[str, str], output_dir: Path, *, num_clients: i
         run_id = int(json.loads(sub.stdout)["run-id"])
     except (ValueError, KeyError, TypeError):
         why = " ".join(ANSI.sub("", f"{sub.stdout} {sub.stderr}").split())[:600]
-        sys.stderr.write(f"[pfedma] failed: flwr run did not start the run (rc="
-                         f"{sub.returncode}): {why} (exit {EXIT_FAILED})\n")
-        return EXIT_FAILED, "failed"
+        return EXIT_FAILED, "failed", (f"[pfedma] failed: flwr run did not start the run (rc="
+                                       f"{sub.returncode}): {why} (exit {EXIT_FAILED})")
     if not quiet:
         _say(f"[pfedma] submitted run {run_id}; results -> {output_dir}")
     bar = TerminalBar(plan.total) if progress and sys.stdout.isatty() else None

@@ -31,21 +31,23 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def outcome(run_id: int, flower: str, out: Path, timeout: float) -> tuple[int, str]:
-    """Exit code and status of a finished run, with its one-line cause printed last."""
+def outcome(run_id: int, flower: str, out: Path, timeout: float) -> tuple[int, str, str]:
+    """Exit code, status and the one-line verdict (naming the cause) of a finished run.
+
+    The verdict is printed last, after the report (:func:`finish`); the log lines that led to
+    a failure are printed here, before it.
+    """
     summary = out / "summary.json"
     if flower == "finished:completed":
         if not summary.is_file():
-            sys.stderr.write(f"[pfedma] run {run_id} completed but wrote no {summary} "
-                             f"(exit {EXIT_FAILED})\n")
-            return EXIT_FAILED, "failed"
+            return EXIT_FAILED, "failed", (f"[pfedma] run {run_id} completed but wrote no "
+                                           f"{summary} (exit {EXIT_FAILED})")
         problem = summary_problem(summary)
         if problem:
-            sys.stderr.write(f"[pfedma] run {run_id} finished, but {problem}; see {summary} "
-                             f"(exit {EXIT_GENERATION})\n")
-            return EXIT_GENERATION, "failed:generation"
-        _say(f"[pfedma] run {run_id} finished: {summary}")
-        return 0, "completed"
+            return EXIT_GENERATION, "failed:generation", (
+                f"[pfedma] run {run_id} finished, but {problem}; see {summary} "
+                f"(exit {EXIT_GENERATION})")
+        return 0, "completed", f"[pfedma] run {run_id} finished: {summary}"
     s = _read_summary(summary)
     status = str(s.get("status") or "failed")
     if flower == "timeout":
@@ -55,9 +57,8 @@ def outcome(run_id: int, flower: str, out: Path, timeout: float) -> tuple[int, s
     code = EXIT_GENERATION if status == "failed:generation" else EXIT_FAILED
     for ln in log_problems(out / "run.log"):
         sys.stderr.write(f"[pfedma]   {ln}\n")
-    sys.stderr.write(f"[pfedma] run {run_id} {status} (Flower: {flower}): {cause} "
-                     f"(exit {code}; log: {out / 'run.log'})\n")
-    return code, status
+    return code, status, (f"[pfedma] run {run_id} {status} (Flower: {flower}): {cause} "
+                          f"(exit {code}; log: {out / 'run.log'})")
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
@@ -68,8 +69,13 @@ def _read_summary(path: Path) -> dict[str, Any]:
     return s if isinstance(s, dict) else {}
 
 
-def finish(out: Path, cmd: list[str], rc: int, status: str) -> None:
-    """Record the end (run_info.json, an interrupted status), write the report, say how to go on."""
+def finish(out: Path, cmd: list[str], rc: int, status: str, verdict: str = "") -> None:
+    """Record the end, write the report, then print the verdict line last.
+
+    ``run_info.json`` gets the exit code and status (an interrupted run's ``summary.json`` its
+    status too); the ``verdict`` goes to stderr unless the run completed; an interrupted run's
+    verdict is the command that continues it.
+    """
     if status == "interrupted":
         s = _read_summary(out / "summary.json")
         write_json_atomic(out / "summary.json", {**s, "status": "interrupted"})
@@ -86,8 +92,12 @@ def finish(out: Path, cmd: list[str], rc: int, status: str) -> None:
         except (OSError, ValueError) as e:
             sys.stderr.write(f"[pfedma] report not written: {e}\n")
     if status == "interrupted":
-        sys.stderr.write(f"[pfedma] interrupted (exit {rc}); every process of the run was "
-                         f"stopped. Continue with: {resume_command(cmd)}\n")
+        verdict = (f"[pfedma] interrupted (exit {rc}); every process of the run was stopped. "
+                   f"Continue with: {resume_command(cmd)}")
+    if verdict:
+        stream = sys.stdout if rc == 0 else sys.stderr
+        stream.write(verdict + "\n")
+        stream.flush()
 
 
 def resume_command(cmd: list[str]) -> str:
