@@ -110,6 +110,11 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
 def main(grid: Grid, context: Context) -> None:
     """Flower entry point."""
     configure_logging()  # PFEDMA_LOG_LEVEL from the launcher's --log-level
+    if "runtime-envs" in os.environ.get("VIRTUAL_ENV", ""):  # Flower ran `uv sync` for this run
+        log(WARNING, "Flower installed this run's dependencies into %s (a CUDA torch and a "
+            "llama.cpp build on Linux); set FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 "
+            "before the SuperLink starts, or use `pfedma run` (docs/flwr_run.md)",
+            os.environ["VIRTUAL_ENV"])
     started = report.now()
     cfg = load_config(dict(context.run_config))
     cfg.output.dir = str(output_dir(cfg))  # one dir for the run and its report, also if unset

@@ -109,7 +109,8 @@ def test_a_failed_server_app_names_its_cause_in_the_last_line(tmp_path: Path):
     last = text.strip().splitlines()[-1]
     assert "failed (Flower: finished:failed): ValueError: corrupt checkpoint" in last
     assert "(exit 1; log:" in last
-    assert json.loads((out / "summary.json").read_text())["status"] == "failed"
+    assert json.loads((out / "run_info.json").read_text())["status"] == "failed"
+    assert (out / "checkpoint.json").read_text() == "{not json"  # left for the user to inspect
 
 
 def test_agents_that_cannot_reach_their_endpoint_end_failed_generation_exit_2(tmp_path: Path):
