@@ -246,6 +246,9 @@ def run(
                 plan.tracker.close()
     if started:
         finish(output_dir, cmd, rc, status, verdict)
+    elif status == "interrupted":
+        sys.stderr.write(f"[pfedma] interrupted before the run started (exit {rc}); nothing in "
+                         f"{output_dir} was changed\n")
     return rc
 
 

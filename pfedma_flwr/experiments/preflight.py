@@ -255,6 +255,7 @@ def prepare(*, config: str, num_clients: int, output_dir: Path, overrides: str, 
         raise Refused(f"{output_dir} already holds a run ({', '.join(found)}); pass --overwrite "
                       "to replace it, --resume to continue it, or choose another --output-dir")
     try:
+        processes.flower_scripts()  # Flower's commands will run on this interpreter
         chosen, note = processes.choose_port(port, processes.DEFAULT_PORT)
     except RuntimeError as e:
         raise Refused(str(e)) from e

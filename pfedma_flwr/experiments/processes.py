@@ -96,8 +96,8 @@ def _wrapper(script: str, target: str) -> str:
     )
 
 
-def flower_bin(directory: Path) -> Path:
-    """Write a wrapper per console script of the installed ``flwr`` into ``directory``.
+def flower_scripts() -> list[importlib.metadata.EntryPoint]:
+    """The console scripts of the ``flwr`` this interpreter imports.
 
     Raises
     ------
@@ -105,15 +105,18 @@ def flower_bin(directory: Path) -> Path:
         If this interpreter cannot import Flower (the reason names the interpreter).
     """
     try:
-        scripts = [
-            ep for ep in importlib.metadata.distribution("flwr").entry_points
-            if ep.group == "console_scripts"
-        ]
+        return [ep for ep in importlib.metadata.distribution("flwr").entry_points
+                if ep.group == "console_scripts"]
     except importlib.metadata.PackageNotFoundError as e:
         raise RuntimeError(
             f"Flower (flwr) is not installed for {sys.executable}; install the app into this "
             "environment (pip install -e .) or run pfedma from the environment that has it"
         ) from e
+
+
+def flower_bin(directory: Path) -> Path:
+    """Write a wrapper per console script of the installed ``flwr`` into ``directory``."""
+    scripts = flower_scripts()
     directory.mkdir(parents=True, exist_ok=True)
     for ep in scripts:
         path = directory / ep.name
