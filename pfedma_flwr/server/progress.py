@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,6 +291,9 @@ class LiveProgress:
     bar
         A :class:`TerminalBar` (on a terminal): replies inside a round move the bar instead of
         printing a line each, and query/round lines print above it.
+    quiet_after
+        Seconds without a line after which one says the run is still going (before the first
+        reply: Ray, the ServerApp and the agents are starting); the bar shows its own clock.
     """
 
     def __init__(
@@ -301,6 +305,7 @@ class LiveProgress:
         on_round: Callable[[Mapping[str, Any], RunningAccuracy], None] | None = None,
         interval: float = 1.0,
         bar: TerminalBar | None = None,
+        quiet_after: float = 25.0,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"LiveProgress: interval must be > 0, got {interval}")
@@ -309,8 +314,11 @@ class LiveProgress:
         self.deliveries = JsonlTail(Path(output_dir) / PROGRESS_FILE)
         self.acc = RunningAccuracy(total=total)
         self.bar = bar
-        self.emit = bar.line if bar is not None else (emit or _print)
+        self._out = bar.line if bar is not None else (emit or _print)
         self.on_round = on_round
+        self.quiet_after = quiet_after
+        self._started = self._last = time.monotonic()
+        self._replies = False
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -333,6 +341,7 @@ class LiveProgress:
                 self.emit(round_line(rec, self.acc))
                 self._track(rec)
             for ev in self.deliveries.read():
+                self._replies = True
                 if self.bar is not None:
                     self.bar.update(self.acc, ev)
                 elif ev.get("event") != "done":
@@ -349,9 +358,28 @@ class LiveProgress:
             self.emit(f"[pfedma] tracking hook failed: {type(e).__name__}: {e}")
             self.on_round = None
 
+    def emit(self, line: str) -> None:
+        """Print ``line`` (and note when, for :meth:`still_running`)."""
+        self._last = time.monotonic()
+        self._out(line)
+
+    def still_running(self, now: float | None = None) -> None:
+        """A line when nothing was printed for ``quiet_after`` seconds (not with a bar)."""
+        now = time.monotonic() if now is None else now
+        if self.bar is not None or now - self._last < self.quiet_after:
+            return
+        phase = (
+            "waiting for the next reply"
+            if self._replies
+            else "starting Ray, the ServerApp and the agents"
+        )
+        self._out(f"[pfedma] still running after {_duration(now - self._started)}: {phase}")
+        self._last = now
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.poll()
+            self.still_running()
 
     def __enter__(self) -> LiveProgress:
         if self.bar is not None:

@@ -219,3 +219,17 @@ def test_startup_failed_groups_clients_by_cause_and_sets_the_status():
         ).status
         == "failed"
     )
+
+
+def test_the_launcher_says_the_run_is_still_going_after_25_quiet_seconds(tmp_path):
+    lines: list[str] = []
+    live = pg.LiveProgress(output_dir=tmp_path, emit=lines.append)
+    t0 = live._started
+    live.still_running(now=t0 + 24)
+    assert lines == []
+    live.still_running(now=t0 + 63)  # Ray and the ServerApp starting: the 63 s measured gap
+    assert lines == [
+        "[pfedma] still running after 1 min 03 s: starting Ray, the ServerApp and the agents"
+    ]
+    live.still_running(now=t0 + 70)  # 25 s from the last line, not from the start
+    assert len(lines) == 1
