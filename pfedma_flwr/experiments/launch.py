@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -216,13 +218,12 @@ def run(
     env = _env(flwr_home, plan.port, log_level, bin_dir=bin_dir, tag=tag)
     cmd = command or ["pfedma", "run"]
     rc, status, verdict, started = EXIT_FAILED, "failed", "", False
-    link = None
+    link = aside = None
     with processes.stop_on_signals():
         try:
             link = start_superlink(flwr_home, plan.port, output_dir / "superlink", env)
-            if overwrite and not resume:  # the earlier run goes only now that this one starts
-                for name in rep.RUN_FILES:
-                    (output_dir / name).unlink(missing_ok=True)
+            # the earlier run is set aside now and removed once Flower accepted this one
+            aside = _set_aside(output_dir) if overwrite and not resume else None
             rep.update_run_info(output_dir, {
                 **rep.base_run_info(plan.cfg), "command": cmd, "cwd": str(Path.cwd()),
                 "launcher_python": sys.executable, "started_at": rep.now(), "finished_at": "",
@@ -235,7 +236,7 @@ def run(
             rc, status, verdict = _submit(
                 plan, env, output_dir, num_clients=num_clients, config=config, resume=resume,
                 progress=progress and not quiet, quiet=quiet, gpus_per_client=gpus_per_client,
-                timeout=timeout)
+                timeout=timeout, accepted=lambda: _drop(aside))
         except processes.Interrupted as e:
             rc, status = 128 + e.signum, "interrupted"
         except RuntimeError as e:  # the SuperLink did not start: nothing was removed
@@ -244,18 +245,51 @@ def run(
             stop_superlink(link, tag)
             if plan.tracker is not None:
                 plan.tracker.close()
+            if aside is not None and aside.exists():  # Flower never took the run: put it back
+                _restore(aside, output_dir)
+                started = False
     if started:
         finish(output_dir, cmd, rc, status, verdict)
+    elif verdict:
+        sys.stderr.write(f"{verdict}; the run already in {output_dir} is kept\n")
     elif status == "interrupted":
         sys.stderr.write(f"[pfedma] interrupted before the run started (exit {rc}); nothing in "
                          f"{output_dir} was changed\n")
     return rc
 
 
+def _set_aside(out: Path) -> Path:
+    """Move the files of the run in ``out`` into a hidden dir of it; return that dir."""
+    aside = out / f".replaced-{uuid.uuid4().hex[:8]}"
+    private_dir(aside)
+    for name in rep.RUN_FILES:
+        if (out / name).exists():
+            os.replace(out / name, aside / name)
+    return aside
+
+
+def _restore(aside: Path, out: Path) -> None:
+    """Put the set-aside run back; what the refused attempt wrote meanwhile goes."""
+    for name in rep.RUN_FILES:
+        if not (aside / name).exists():
+            (out / name).unlink(missing_ok=True)
+    for f in aside.iterdir():
+        os.replace(f, out / f.name)
+    aside.rmdir()
+
+
+def _drop(aside: Path | None) -> None:
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 def _submit(plan: Plan, env: dict[str, str], output_dir: Path, *, num_clients: int,
             config: str, resume: bool, progress: bool, quiet: bool, gpus_per_client: float,
-            timeout: float) -> tuple[int, str, str]:
-    """Submit the run, follow it, judge its outcome: ``(exit code, status, verdict line)``."""
+            timeout: float, accepted: Callable[[], None]) -> tuple[int, str, str]:
+    """Submit the run, follow it, judge its outcome: ``(exit code, status, verdict line)``.
+
+    ``accepted`` is called once Flower has accepted the run (it has a run id).
+    """
     run_cfg = run_config_text(config=config, output_dir=output_dir, data_dir=plan.data_dir,
                               overrides=with_launcher_overrides(plan.overrides) if progress
                               else plan.overrides, resume=resume)
@@ -272,6 +306,7 @@ def _submit(plan: Plan, env: dict[str, str], output_dir: Path, *, num_clients: i
         why = " ".join(ANSI.sub("", f"{sub.stdout} {sub.stderr}").split())[:600]
         return EXIT_FAILED, "failed", (f"[pfedma] failed: flwr run did not start the run (rc="
                                        f"{sub.returncode}): {why} (exit {EXIT_FAILED})")
+    accepted()
     if not quiet:
         _say(f"[pfedma] submitted run {run_id}; results -> {output_dir}")
     bar = TerminalBar(plan.total) if progress and sys.stdout.isatty() else None

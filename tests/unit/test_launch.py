@@ -215,6 +215,15 @@ def test_overwrite_removes_the_old_run_only_after_the_superlink_started(fake, mo
     assert info["command"][-3:] == ["--output-dir", str(out), "--overwrite"]
 
 
+def test_overwrite_keeps_the_old_run_when_flower_refuses_the_new_one(fake, monkeypatch, capsys):
+    out = _old_run(fake.out)
+    refused = subprocess.CompletedProcess([], 1, stdout="", stderr="[code: 15] Invalid run config")
+    monkeypatch.setattr(launch, "_flwr", lambda args, env, **kw: refused)
+    assert _run("--output-dir", str(out), "--overwrite") == 1
+    assert _untouched(out) and not list(out.glob(".replaced-*"))
+    assert capsys.readouterr().err.strip().endswith(f"the run already in {out} is kept")
+
+
 def test_a_dir_holding_a_run_is_refused_without_overwrite_or_resume(fake, capsys):
     out = _old_run(fake.out)
     assert _run("--output-dir", str(out)) == 3

@@ -99,7 +99,7 @@ def test_installed_dir_follows_an_editable_install_to_its_source_tree(monkeypatc
             return tmp_path / "site" / rel
 
         def read_text(self, name):
-            return '{"url": "file://%s", "dir_info": {"editable": true}}' % ROOT
+            return json.dumps({"url": f"file://{ROOT}", "dir_info": {"editable": True}})
 
     monkeypatch.setattr(resources.importlib.metadata, "distribution", lambda name: Dist())
     assert resources.installed_dir("data") == ROOT / "data"
