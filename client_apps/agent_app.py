@@ -24,9 +24,11 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from pfedma_flwr.agents.backends import BackendUnavailableError
+from pfedma_flwr.agents.backends.embedded import MissingModelError
 from pfedma_flwr.client.agent import AgentState, ClientAgent
 from pfedma_flwr.client.audit import add_to_counters, append_record, summarize_payload
 from pfedma_flwr.client.components import build_agent, node_identity, node_policy
+from pfedma_flwr.config import ConfigError
 from pfedma_flwr.logs import configure_logging
 from pfedma_flwr.persistence import StateStore, validate_key
 from pfedma_flwr.protocol.codec import (
@@ -36,6 +38,7 @@ from pfedma_flwr.protocol.codec import (
     encode_description,
     encode_reply,
 )
+from pfedma_flwr.protocol.startup import startup_message
 from pfedma_flwr.registry import plugin_imports
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -118,16 +121,33 @@ def audit(context: Context, message_type: str, content: RecordDict) -> None:
     context.state[AUDIT_KEY] = ConfigRecord(dict(add_to_counters(counters, record)))
 
 
+def startup_kind(error: BaseException) -> str:
+    """``generation`` if the agent's model cannot answer, ``config`` for a wrong setting."""
+    if isinstance(error, BackendUnavailableError | MissingModelError | ImportError):
+        return "generation"
+    return "config" if isinstance(error, ConfigError) else "error"
+
+
 @app.query("describe")
 def describe(msg: Message, context: Context) -> Message:
-    """Announce this node's public profile."""
-    with plugin_imports(node_policy(dict(context.node_config)).allow_plugins):
-        agent = build_agent(dict(context.run_config), dict(context.node_config))
-        content = encode_description(agent.describe())
-    try:  # a dead endpoint or missing model fails the handshake, not every later query
+    """Announce this node's public profile.
+
+    A dead endpoint, a model the endpoint does not serve, missing weights or a bad node
+    config fail the handshake here, not every later query, with one line the server finds in
+    the error reply (:mod:`pfedma_flwr.protocol.startup`).
+    """
+    node = dict(context.node_config)
+    try:
+        with plugin_imports(node_policy(node).allow_plugins):
+            agent = build_agent(dict(context.run_config), node)
+            content = encode_description(agent.describe())
         agent.backend.health_check()
-    except BackendUnavailableError as e:
-        raise RuntimeError(f"client {_client_suffix(dict(context.node_config))}: {e}") from e
+    except Exception as e:
+        try:
+            who = _client_suffix(node)
+        except Exception:  # noqa: BLE001 - a node config too broken to name the client
+            who = "?"
+        raise RuntimeError(startup_message(who, startup_kind(e), e)) from e
     audit(context, msg.metadata.message_type, content)
     return Message(content, reply_to=msg)
 

@@ -1,9 +1,9 @@
 """Typed configuration: ``conf/*.yaml`` (OmegaConf) is the source of truth.
 
-``load_config`` merges, in order: the structured defaults below, ``conf/<config-name>.yaml``, then
-the dotted overrides from Flower's run config
-(``overrides = "strategy.t_max=3 agent.backend.name=mock"``)
-and the flat keys ``output-dir`` / ``data-dir``. Unknown keys anywhere are an error that names them.
+``load_config`` merges, in order: the structured defaults below, ``conf/<config-name>.yaml``, the
+dotted overrides string of Flower's run config (``overrides = "strategy.t_max=3"``), the app's
+dotted kebab-case run-config keys (``strategy.t-max = 3``; :mod:`pfedma_flwr.run_config`), and
+the flat keys ``output-dir`` / ``data-dir``. Unknown keys anywhere are an error that names them.
 Each component receives only its own section.
 """
 
@@ -454,24 +454,27 @@ def load_config(run_config: dict[str, Any] | None = None) -> PFedMAConfig:
     """Build the run configuration from Flower's ``context.run_config``.
 
     Recognized run-config keys: ``config-name``, ``overrides``, ``output-dir``, ``data-dir``,
-    ``resume``
-    (plus Flower's own). Any other key is rejected so that typos surface.
+    ``resume`` and the dotted config keys (:mod:`pfedma_flwr.run_config`). Any other key is
+    rejected, naming it, so that typos surface.
     """
+    from pfedma_flwr.run_config import dotted, tree_overrides
+
     rc = dict(run_config or {})
-    known = {"config-name", "overrides", "output-dir", "data-dir", "resume"}
-    unknown = sorted(k for k in rc if k not in known)
-    if unknown:
-        raise ConfigError(f"unknown run-config key(s) {unknown}; known: {sorted(known)}")
     for k, v in rc.items():
         if k != "overrides":  # parse_overrides names the offending override itself
             reject_interpolation(v, f"run-config key {k!r}")
+    tree = tree_overrides(rc, PFedMAConfig)  # names an unknown key
     name = str(rc.get("config-name", "pfedma") or "pfedma")
     path = config_path(name)
     try:
         yaml_cfg = OmegaConf.load(path)
     except (OmegaConfBaseException, OSError, ValueError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from e
-    parts: list[Any] = [yaml_cfg, parse_overrides(str(rc.get("overrides", "")))]
+    overrides = parse_overrides(str(rc.get("overrides", "")))
+    twice = sorted(dotted(tree) & dotted(OmegaConf.to_container(overrides)))  # type: ignore[arg-type]
+    if twice:
+        raise ConfigError(f"{twice} set both by a run-config key and in overrides; set each once")
+    parts: list[Any] = [yaml_cfg, overrides, OmegaConf.create(tree)]
     flat: dict[str, Any] = {}
     if rc.get("output-dir"):
         flat.setdefault("output", {})["dir"] = str(rc["output-dir"])

@@ -14,6 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 from pfedma_flwr.config import ConfigError, PFedMAConfig, load_config, to_yaml
 from pfedma_flwr.data.split import sample_eval_tasks
 from pfedma_flwr.logs import configure_logging
+from pfedma_flwr.protocol.startup import StartupFailed, one_line
 from pfedma_flwr.server import report
 from pfedma_flwr.server.progress import RoundProgress
 from pfedma_flwr.server.results import ResultsWriter
@@ -51,10 +52,16 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
 
     def on_query_end(rec: dict[str, object]) -> None:
         finished_lines.append(rec)
-        progress.query_done(bool(rec["correct"]))
+        progress.query_done(rec)
+
+    def on_progress(event: dict[str, object]) -> None:
+        writer.progress(event)
+        progress.delivery(event)
 
     strategy = build_strategy(cfg, tasks=tasks, on_query_end=on_query_end,
                               on_round_end=lambda r, rec: on_round_end(r, rec))
+    if hasattr(strategy, "on_progress"):  # a plug-in strategy may not report progress
+        strategy.on_progress = on_progress
     engine = strategy.engine
     ckpt = ResultsWriter.load_checkpoint(out) if cfg.output.resume else None
     start_round = 0
@@ -82,11 +89,14 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     try:
         with progress:
             result = strategy.start(grid, start_round=start_round)
-    except BaseException:
-        # Keep what was computed: finished queries are on disk; record the failure.
+    except BaseException as e:
+        # Keep what was computed: finished queries are on disk; record the failure and its
+        # cause in one line (the launcher's last message and exit code come from these).
         for rec in finished_lines:
             writer.query(rec)
-        writer.summary({**engine.summary(), "status": "failed"})
+        status = e.status if isinstance(e, StartupFailed) else "failed"
+        cause = e.cause if isinstance(e, StartupFailed) else one_line(f"{type(e).__name__}: {e}")
+        writer.summary({**engine.summary(), "status": status, "cause": cause})
         raise
     for rec in finished_lines:  # queries ended by finish_all() after the last round
         writer.query(rec)
@@ -102,6 +112,11 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
 def main(grid: Grid, context: Context) -> None:
     """Flower entry point."""
     configure_logging()  # PFEDMA_LOG_LEVEL from the launcher's --log-level
+    if "runtime-envs" in os.environ.get("VIRTUAL_ENV", ""):  # Flower ran `uv sync` for this run
+        log(WARNING, "Flower installed this run's dependencies into %s (a CUDA torch and a "
+            "llama.cpp build on Linux); set FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 "
+            "before the SuperLink starts, or use `pfedma run` (docs/flwr_run.md)",
+            os.environ["VIRTUAL_ENV"])
     started = report.now()
     cfg = load_config(dict(context.run_config))
     cfg.output.dir = str(output_dir(cfg))  # one dir for the run and its report, also if unset

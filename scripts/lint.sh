@@ -18,6 +18,7 @@ FORMATTED=(
   tests/unit/test_flwr_run_deps.py tests/e2e/test_llama_server.py
   pfedma_flwr/rules/private_facts.py tests/unit/test_private_facts.py
   tests/strategy/test_private_facts_run.py scripts/train_private_facts.py
+  tests/unit/test_delivery.py tests/unit/test_run_config.py
 )
 TYPED=(
   pfedma_flwr/cli.py pfedma_flwr/logs.py pfedma_flwr/experiments/launch.py
@@ -47,6 +48,8 @@ TYPED=(
   pfedma_flwr/rules/normalize.py pfedma_flwr/rules/probe.py
   pfedma_flwr/rules/feedback.py pfedma_flwr/anomaly/evidence.py
   pfedma_flwr/aggregation/public_state.py pfedma_flwr/rules/pattern_grammar.py
+  pfedma_flwr/experiments/preflight.py pfedma_flwr/experiments/processes.py
+  pfedma_flwr/experiments/outcome.py pfedma_flwr/run_config.py pfedma_flwr/protocol/startup.py
 )
 
 echo "[lint] ruff check"

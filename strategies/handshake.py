@@ -8,6 +8,7 @@ left out of routing, never ends the run.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from logging import WARNING
 from typing import Any
@@ -25,16 +26,23 @@ from pfedma_flwr.protocol.codec import (
     empty_content,
 )
 from pfedma_flwr.protocol.schema import Limits, SchemaError
+from pfedma_flwr.protocol.startup import StartupCause, parse_startup
 from pfedma_flwr.protocol.validation import excerpt
+from strategies.delivery import Delivery, send_and_track
 
 
 @dataclass
 class Handshake:
-    """What the handshake bound: profiles and node of each client key, and its log."""
+    """What the handshake bound: profiles and node of each client key, and its log.
+
+    ``causes`` holds, per node left out for an error reply, the start-up failure its agent
+    reported (:mod:`pfedma_flwr.protocol.startup`), else the reply's reason.
+    """
 
     descriptions: dict[str, ClientDescription] = field(default_factory=dict)
     node_of: dict[str, int] = field(default_factory=dict)
     log: dict[str, Any] = field(default_factory=dict)
+    causes: dict[int, StartupCause | str] = field(default_factory=dict)
 
 
 def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
@@ -71,7 +79,8 @@ def identity_mode(grid: Grid, identity: str) -> str:
 
 
 def handshake(grid: Grid, nodes: list[int], *, identity: str, limits: Limits,
-              timeout: float) -> Handshake:
+              timeout: float, on_progress: Callable[[Delivery], None] | None = None
+              ) -> Handshake:
     """Ask every node in ``nodes`` for its description; bind each to a client key.
 
     Parameters
@@ -86,6 +95,8 @@ def handshake(grid: Grid, nodes: list[int], *, identity: str, limits: Limits,
         Size limits a description must respect.
     timeout : float
         Seconds to wait for the replies.
+    on_progress : callable, optional
+        Told as replies arrive (and every few seconds while none does), as round 0.
     """
     msgs = [
         Message(content=empty_content(), dst_node_id=n, message_type=QUERY_DESCRIBE,
@@ -94,14 +105,19 @@ def handshake(grid: Grid, nodes: list[int], *, identity: str, limits: Limits,
     ]
     descs: dict[int, ClientDescription] = {}
     left_out: dict[int, str] = {}
+    causes: dict[int, StartupCause | str] = {}
     asked = set(nodes)
-    for r in grid.send_and_receive(msgs, timeout=timeout):
+    for r in send_and_track(grid, msgs, timeout=timeout, server_round=0,
+                            answers_of=dict.fromkeys(nodes, 0), on_progress=on_progress):
         try:
             node = int(r.metadata.src_node_id)
             if node not in asked or node in descs or node in left_out:
                 continue  # unsolicited or repeated: the first answer counts
             if r.has_error():
-                left_out[node] = f"error reply: {excerpt(r.error.reason, 200)}"
+                cause = parse_startup(r.error.reason)
+                causes[node] = cause or str(r.error.reason)
+                left_out[node] = (f"client {cause.client}: {cause.cause} [{cause.kind}]" if cause
+                                  else f"error reply: {excerpt(r.error.reason, 200)}")
                 continue
             descs[node] = decode_description(r.content, limits)
         except SchemaError as e:
@@ -115,7 +131,8 @@ def handshake(grid: Grid, nodes: list[int], *, identity: str, limits: Limits,
     left_out.update(dup)
     for node, why in sorted(left_out.items()):
         log(WARNING, "Node %s left out of routing: %s", node, why)
-    out = Handshake(log={"mode": mode, "left_out": {str(n): w for n, w in left_out.items()}})
+    out = Handshake(log={"mode": mode, "left_out": {str(n): w for n, w in left_out.items()}},
+                    causes=causes)
     for node, key in sorted(keys.items(), key=lambda kv: kv[1]):
         out.descriptions[key] = descs[node]
         out.node_of[key] = node

@@ -29,9 +29,11 @@ from pfedma_flwr.protocol.codec import (
     encode_instruction,
 )
 from pfedma_flwr.protocol.schema import DEFAULT_LIMITS, ClientReply, Limits, SchemaError
+from pfedma_flwr.protocol.startup import StartupCause, StartupFailed
 from pfedma_flwr.protocol.validation import excerpt
 from pfedma_flwr.server.components import build_engine
 from pfedma_flwr.server.engine import CollaborationEngine
+from strategies.delivery import Delivery, send_and_track
 from strategies.handshake import handshake, wait_for_nodes
 
 RoundHook = Callable[[int, dict[str, Any]], None]
@@ -65,6 +67,10 @@ class PFedMA(Strategy):
     on_round_end : Callable[[int, dict], None] | None (default: None)
         Called with the round number and the round record after each round (logging, W&B,
         checkpoints) so the loop never needs copying.
+    on_progress : Callable[[dict], None] | None (default: None)
+        Told when a node's reply arrives during a round (and every 15 s while none does), as
+        :meth:`strategies.delivery.Delivery.to_dict` plus the replying ``client``: live
+        progress inside a round, which can last minutes.
     identity : str (default: "auto")
         Where a node's engine key comes from (docs/threat_model.md). ``"node"``: what the
         SuperLink authenticated (public-key fingerprint, else node id); the client's declared
@@ -88,6 +94,7 @@ class PFedMA(Strategy):
         limits: Limits = DEFAULT_LIMITS,
         on_round_end: RoundHook | None = None,
         identity: str = "auto",
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if round_timeout <= 0:
             raise ValueError(f"round_timeout must be > 0 seconds, got {round_timeout}")
@@ -103,10 +110,13 @@ class PFedMA(Strategy):
         self.node_wait_timeout = node_wait_timeout
         self.limits = limits
         self.on_round_end = on_round_end
+        self.on_progress = on_progress
         self.identity = identity
         # Handshake outcome for the summary: the mode used and the nodes left out, with why.
         self.identity_log: dict[str, Any] = {}
         self._sent: dict[str, int] = {}
+        self._answers_of: dict[int, int] = {}  # node -> queries its message carries this round
+        self._startup_causes: dict[int, StartupCause | str] = {}
         # Engine ids are stable client keys; Flower node ids are random per run.
         self._node_of: dict[str, int] = {}
         self._key_of: dict[int, str] = {}
@@ -153,11 +163,12 @@ class PFedMA(Strategy):
         plan = self.engine.plan_round(
             server_round, available=[k for k, n in self._node_of.items() if n in live]
         )
-        self._sent = {}
+        self._sent, self._answers_of = {}, {}
         msgs = []
         for client_id, instruction in plan.items():
             node_id = self._node_of[client_id]
             self._sent[client_id] = node_id
+            self._answers_of[node_id] = len(instruction.queries)
             msgs.append(
                 Message(
                     content=encode_instruction(instruction),
@@ -314,6 +325,14 @@ class PFedMA(Strategy):
 
     # ------------------------------------------------------------------ loop
 
+    def _progress(self, d: Delivery) -> None:
+        if self.on_progress is None:
+            return
+        rec = d.to_dict()
+        if d.node is not None and d.node in self._key_of:
+            rec["client"] = self._key_of[d.node]
+        self.on_progress(rec)
+
     def wait_for_nodes(self, grid: Grid) -> list[int]:
         """Wait (bounded) until ``min_nodes`` nodes are connected; return their ids."""
         return wait_for_nodes(grid, self.min_nodes, self.node_wait_timeout)
@@ -325,7 +344,8 @@ class PFedMA(Strategy):
         resolves to are left out of routing, logged, and listed in :attr:`identity_log`.
         """
         hs = handshake(grid, nodes, identity=self.identity, limits=self.limits,
-                       timeout=self.round_timeout)
+                       timeout=self.round_timeout, on_progress=self._progress)
+        self._startup_causes = hs.causes
         for key, node in hs.node_of.items():
             self._node_of[key], self._key_of[node] = node, key
         self.identity_log = hs.log
@@ -351,9 +371,8 @@ class PFedMA(Strategy):
         descriptions = self.handshake(grid, nodes)
         timing["handshake_s"] = time.time() - t_hs
         if len(descriptions) < self.min_nodes:
-            raise RuntimeError(
-                f"only {len(descriptions)} nodes answered the handshake; need {self.min_nodes}"
-            )
+            raise StartupFailed(started=len(descriptions), asked=len(nodes),
+                                needed=self.min_nodes, causes=self._startup_causes)
         self.engine.register_clients(descriptions)
         log(INFO, "%d clients registered", len(descriptions))
         result = PFedMAResult()
@@ -370,7 +389,9 @@ class PFedMA(Strategy):
                 break  # the last queries stopped while being planned: nothing to send
             log(INFO, "[ROUND %s] %d active queries -> %d nodes", server_round,
                 self.engine.num_active(), len(msgs))
-            replies = grid.send_and_receive(msgs, timeout=round_timeout) if msgs else []
+            replies = send_and_track(
+                grid, msgs, timeout=round_timeout, server_round=server_round,
+                answers_of=self._answers_of, on_progress=self._progress) if msgs else []
             ticks.append(time.time())
             _arrays, metrics = self.aggregate_train(server_round, replies)
             ticks.append(time.time())

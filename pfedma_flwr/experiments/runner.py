@@ -12,6 +12,13 @@ backend keeps every core busy (``agent.backend.n_threads``, the launcher reserve
 CPUs) and its threads synchronise at each layer, so a core taken by anything else stalls all
 of them (``docs/throughput.md``). Within one preset and size all variants share the size's
 backend, so in practice ``tiny`` runs in parallel and ``small`` one variant at a time.
+
+Nothing is lost: every variant's configuration, plug-in names and client count are checked
+before the first one starts (:func:`check_plan`); a selected variant whose run dir already
+holds results is refused unless ``reuse``/``resume`` (skip it when completed with the same
+configuration, resume it from its checkpoint) or ``overwrite``; the results table always holds
+every variant with a completed run in the output dir, so ``--only`` adds levels to it instead
+of replacing it; and a stop signal or a failed variant still writes the table of what is done.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -30,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from pfedma_flwr.experiments import preflight, processes
 from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics, load_run, run_metrics
 from pfedma_flwr.experiments.compare import add_comparisons, correctness
 from pfedma_flwr.experiments.plots import make_plots
@@ -62,10 +71,12 @@ class VariantRun:
         Shell-quoted dotted overrides (``load_config`` / ``launch.run`` syntax).
     output_dir : Path
         Absolute output directory of the run.
-    resume : bool
-        Continue the run from ``output_dir/checkpoint.json`` (an interrupted level).
+    resume, overwrite : bool
+        Continue the run in ``output_dir`` from its checkpoint; replace the results there.
     seed : int, optional
         The run seed of this repetition (``--seeds``); ``None``: the configuration's own.
+    slot : int
+        Which of the concurrent slots runs it (its own SuperLink ports; ``jobs > 1``).
     """
 
     experiment: str
@@ -75,6 +86,7 @@ class VariantRun:
     overrides: str
     output_dir: Path
     resume: bool = False
+    overwrite: bool = False
     seed: int | None = None
     slot: int = 0
 
@@ -83,21 +95,49 @@ Executor = Callable[[VariantRun], None]
 #: backends that generate without a local model (scripted agents, tests)
 SCRIPTED_BACKENDS = frozenset({"simulated", "mock"})
 _SLOT_PORTS = 10
+_DEFAULT_PORT = 39291
 
 
-def flwr_executor(port: int = 39291, timeout: float = 3600.0) -> Executor:
-    """An executor running each variant as a real ``flwr run`` simulation (``launch.run``)."""
+class ExperimentRefused(ValueError):
+    """The experiment cannot start (nothing ran); ``code`` is the exit status (3, or 2)."""
+
+    def __init__(self, message: str, code: int = preflight.EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class VariantFailed(RuntimeError):
+    """A variant's run failed (``code``: the launcher's exit status)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def flwr_executor(port: int | None = None, timeout: float = 3600.0, data_dir: str = "",
+                  log_level: str | None = None, quiet: bool = False) -> Executor:
+    """An executor running each variant as a real ``flwr run`` simulation (``launch.run``).
+
+    ``port=None``: the default port, or a free one; under ``jobs > 1`` slot ``k > 0`` takes
+    the port ``10 k`` above. A run stopped by a signal raises
+    :class:`~pfedma_flwr.experiments.processes.Interrupted` (every process of it is stopped
+    already), any other failure :class:`VariantFailed`.
+    """
 
     def execute(v: VariantRun) -> None:
         from pfedma_flwr.experiments.launch import run  # Flower CLI machinery only when used
 
         # concurrent variants (slots) each need their own SuperLink ports
+        slot_port = port if v.slot == 0 else (port or _DEFAULT_PORT) + _SLOT_PORTS * v.slot
         rc = run(config=v.config, num_clients=v.num_clients, output_dir=v.output_dir,
-                 overrides=v.overrides, port=port + _SLOT_PORTS * v.slot, timeout=timeout,
-                 resume=v.resume)
+                 overrides=v.overrides, port=slot_port, timeout=timeout, data_dir=data_dir,
+                 resume=v.resume, overwrite=v.overwrite, log_level=log_level, quiet=quiet,
+                 backend_check=False)  # checked once for every variant by check_plan
+        if rc >= 128:
+            raise processes.Interrupted(rc - 128)
         if rc != 0:
-            raise RuntimeError(f"variant {v.variant} of {v.experiment} failed (rc={rc}); "
-                               f"see {v.output_dir / 'run.log'}")
+            raise VariantFailed(f"variant {v.variant} of {v.experiment} failed (exit {rc}); "
+                                f"see {v.output_dir / 'run.log'}", rc)
 
     return execute
 
@@ -121,8 +161,12 @@ def select_variants(variants: Sequence[Any], only: Mapping[str, Sequence[str]]) 
 def plan(preset: ExperimentPreset, size: str, output_dir: Path, *,
          num_clients: int | None = None, extra: Sequence[str] = (),
          only: Mapping[str, Sequence[str]] | None = None, seeds: Sequence[int] = (),
-         choices_dir: Path | None = None) -> list[tuple[Any, list[VariantRun]]]:
+         choices_dir: Path | None = None, lenient: bool = False
+         ) -> list[tuple[Any, list[VariantRun]]]:
     """The runs of ``preset`` at ``size``: per variant, its runs (one per seed), in order.
+
+    ``lenient`` leaves out a variant whose choice file is missing (tabling what exists)
+    instead of raising.
 
     With ``seeds`` a variant whose agents sample (temperature > 0) runs once per seed in
     ``runs/<variant>_seed=<s>``, with ``seed=<s>`` and ``data.split_seed`` pinned to the
@@ -132,7 +176,12 @@ def plan(preset: ExperimentPreset, size: str, output_dir: Path, *,
     spec = preset.size(size)
     out = []
     for v in select_variants(preset.variants(), only or {}):
-        chosen = choice_overrides(v.choice, size, choices_dir) if v.choice else {}
+        try:
+            chosen = choice_overrides(v.choice, size, choices_dir) if v.choice else {}
+        except ValueError:
+            if lenient:
+                continue
+            raise
         over = {**spec.shared, **preset.base, **spec.overrides, **chosen, **v.overrides,
                 "output.progress": False}
         base = VariantRun(
@@ -208,6 +257,78 @@ def _action(vr: VariantRun, *, reuse: bool, resume: bool) -> str:
     return "run"
 
 
+def check_plan(runs: Sequence[VariantRun], *, backends: bool = True) -> None:
+    """Every variant's config, names and client count (and, once each, its model backends).
+
+    Raises
+    ------
+    ExperimentRefused
+        With the first problem, naming the variant; nothing has started.
+    """
+    from pfedma_flwr.config import ConfigError, load_config
+    from pfedma_flwr.data.benchmarks import resolve_data_dir
+
+    seen: set[str] = set()
+    plugins_ok = os.environ.get("PFEDMA_ALLOW_PLUGINS", "0").strip().lower() in ("1", "true")
+    for vr in runs:
+        try:
+            cfg = load_config({"config-name": vr.config, "overrides": vr.overrides})
+        except ConfigError as e:
+            raise ExperimentRefused(f"variant {vr.variant}: {e}") from e
+        problems = (preflight.name_problems(cfg, plugins_ok=plugins_ok)
+                    + preflight.client_problems(cfg, vr.num_clients))
+        try:
+            resolve_data_dir(cfg.data.data_dir or None)
+        except FileNotFoundError as e:
+            problems.append(preflight.Problem("config", str(e)))
+        if backends:
+            fresh = {k: b for k, b in preflight.backend_sections(cfg).items()
+                     if repr((b.name, b.model, b.base_url)) not in seen}
+            seen |= {repr((b.name, b.model, b.base_url)) for b in fresh.values()}
+            problems += [preflight.Problem("generation", f"{k}: {why}")
+                         for k, b in fresh.items() if (why := preflight.backend_problem(b))]
+        if problems:
+            raise ExperimentRefused(f"variant {vr.variant}: {problems[0].message}",
+                                    problems[0].exit_code)
+
+
+def _decide(planned: Sequence[tuple[Any, list[VariantRun]]], *, reuse: bool, resume: bool,
+            overwrite: bool) -> list[VariantRun]:
+    """The runs to execute (resume/overwrite set); the reused ones are left out.
+
+    Raises :class:`ExperimentRefused` when a selected run dir holds results and none of
+    ``reuse``, ``resume``, ``overwrite`` says what to do with them.
+    """
+    runs = [vr for _, reps in planned for vr in reps]
+    held = [vr.output_dir.name for vr in runs if preflight.existing_results(vr.output_dir)]
+    if held and not (reuse or resume or overwrite):
+        raise ExperimentRefused(
+            f"these variants already hold runs: {held}; pass --reuse (skip the completed ones, "
+            "resume the others), --overwrite (run them again) or another --output-dir")
+    todo = []
+    for vr in runs:
+        has = bool(preflight.existing_results(vr.output_dir))
+        what = "run" if overwrite else _action(vr, reuse=reuse or resume, resume=reuse or resume)
+        if what == "reuse":
+            logger.info("reusing %s", vr.output_dir)
+        else:
+            todo.append(replace(vr, resume=what == "resume", overwrite=has and what == "run"))
+    return todo
+
+
+def _earlier(output_dir: Path, name: str, size: str, overwrite: bool) -> None:
+    """Refuse merging into an output dir that holds another experiment or size."""
+    try:
+        prev = json.loads((output_dir / "experiment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(prev, dict) and (prev.get("experiment"), prev.get("size")) != (name, size) \
+            and not overwrite:
+        raise ExperimentRefused(
+            f"{output_dir} holds experiment {prev.get('experiment')!r} at size "
+            f"{prev.get('size')!r}, not {name!r} at {size!r}; choose another --output-dir")
+
+
 def scripted(v: VariantRun) -> bool:
     """Whether every model variant ``v`` uses is scripted (no local LLM: fine to run beside)."""
     from pfedma_flwr.config import load_config
@@ -270,6 +391,7 @@ def run_experiment(
     executor: Executor | None = None, extra: Sequence[str] = (), reuse: bool = False,
     only: Mapping[str, Sequence[str]] | None = None, resume: bool = False,
     seeds: Sequence[int] = (), choices_dir: Path | None = None, jobs: int = 1,
+    overwrite: bool = False, tracking: str = "none",
 ) -> dict[str, Any]:
     """Run experiment ``name``; write ``results.csv``/``.md``, plots and ``experiment.json``.
 
@@ -287,14 +409,13 @@ def run_experiment(
         Default :func:`flwr_executor`.
     extra : Sequence[str]
         Extra ``key=value`` overrides applied to every variant (last).
-    reuse : bool
+    reuse, resume : bool
         Skip variants whose output directory already holds a completed run of the same
-        configuration.
-    only : Mapping[str, Sequence[str]], optional
-        Run only the variants with these axis levels, e.g. ``{"rho": ["0.4"]}``.
-    resume : bool
-        ``reuse``, and continue an interrupted level from its checkpoint (its finished
+        configuration, and continue an interrupted one from its checkpoint (its finished
         rounds kept): a preset stopped midway completes across sittings.
+    only : Mapping[str, Sequence[str]], optional
+        Run only the variants with these axis levels, e.g. ``{"rho": ["0.4"]}``; the table
+        still lists every variant with a completed run in ``output_dir``.
     seeds : Sequence[int]
         Repeat every sampled variant once per seed (:func:`plan`); metrics are the mean over
         seeds, ``<metric>_sd`` their standard deviation.
@@ -302,35 +423,80 @@ def run_experiment(
         Where levels' choice files are read (default ``conf/experiments/choices``).
     jobs : int
         Scripted variants run this many at a time (module docstring); 1: one after another.
+    overwrite : bool
+        Run selected variants again even where their directory holds results.
+    tracking : str
+        ``none`` | ``tensorboard`` | ``mlflow``: each variant's resolved config, round
+        metrics and final metrics to ``<output_dir>/tracking/<variant>``.
 
     Returns
     -------
     dict
         ``{"rows": [...], "comparison": [...], "files": [...], "wall_seconds": {...}}``.
+
+    Raises
+    ------
+    ExperimentRefused
+        Before anything ran, naming the variant and the problem.
     """
+    from pfedma_flwr.experiments import tracking as trk
+
     if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
+        raise ExperimentRefused(f"jobs must be >= 1, got {jobs}")
     preset = load_preset(name)
     output_dir = output_dir.resolve()
+    try:
+        trk.make_tracker(tracking, output_dir / "tracking")
+    except trk.TrackingError as e:
+        raise ExperimentRefused(str(e)) from e
+    _earlier(output_dir, preset.name, size, overwrite)
+    try:
+        planned = plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
+                       only=only, seeds=seeds, choices_dir=choices_dir)
+    except ValueError as e:
+        raise ExperimentRefused(str(e)) from e
+    check_plan([vr for _, reps in planned for vr in reps], backends=executor is None)
+    todo = _decide(planned, reuse=reuse, resume=resume, overwrite=overwrite)
     output_dir.mkdir(parents=True, exist_ok=True)
     execute = executor or flwr_executor()
-    walls = _previous_walls(output_dir) if (reuse or resume) else {}
-    planned = plan(preset, size, output_dir, num_clients=num_clients, extra=extra, only=only,
-                   seeds=seeds, choices_dir=choices_dir)
-    todo: list[VariantRun] = []
-    for _, reps in planned:
-        for vr in reps:
-            what = _action(vr, reuse=reuse, resume=resume)
-            if what == "reuse":
-                logger.info("reusing %s", vr.output_dir)
-            else:
-                todo.append(replace(vr, resume=what == "resume"))
-    _execute_all(execute, todo, jobs, walls, lambda w: _save_walls(output_dir, w))
+    walls = _previous_walls(output_dir)
+
+    def run_and_track(vr: VariantRun) -> None:
+        execute(vr)
+        _track(tracking, vr, output_dir)
+
+    try:
+        with processes.stop_on_signals():
+            _execute_all(run_and_track, todo, jobs, walls, lambda w: _save_walls(output_dir, w))
+    finally:  # what is done so far is tabled even when a variant failed or a signal came
+        result = _tabulate(preset, size, output_dir, walls, num_clients=num_clients,
+                           extra=extra, seeds=seeds, choices_dir=choices_dir)
+    return result
+
+
+def _track(tracking: str, vr: VariantRun, output_dir: Path) -> None:
+    from pfedma_flwr.experiments import tracking as trk
+
+    tracker = trk.make_tracker(tracking, output_dir / "tracking" / vr.output_dir.name)
+    if tracker is not None:
+        final = run_metrics(load_run(vr.output_dir))
+        steps = trk.replay(vr.output_dir, tracker, final=final)
+        logger.info("tracked %s: config, %d rounds, final metrics -> %s", vr.variant, steps,
+                    tracker.target)
+
+
+def _tabulate(preset: ExperimentPreset, size: str, output_dir: Path, walls: dict[str, float],
+              *, num_clients: int | None, extra: Sequence[str], seeds: Sequence[int],
+              choices_dir: Path | None) -> dict[str, Any]:
+    """Table, comparison and plots of every variant whose runs all completed (merged)."""
     rows: list[dict[str, Any]] = []
     runs: dict[str, RunData] = {}
     correct: dict[str, Any] = {}
     n_seeds: dict[str, int] = {}
-    for variant, reps in planned:
+    for variant, reps in plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
+                              seeds=seeds, choices_dir=choices_dir, lenient=True):
+        if not all(_completed(vr.output_dir) for vr in reps):
+            continue
         loaded = [load_run(vr.output_dir) for vr in reps]
         runs[variant.name] = loaded[0]
         correct[variant.name] = correctness(loaded)
@@ -340,10 +506,13 @@ def run_experiment(
                      "runs": [vr.output_dir.name for vr in reps]})
     add_clean_twin_metrics(rows, runs, undefended=preset.undefended)
     comparison = add_comparisons(rows, correct, preset.reference, n_seeds)
-    files = write_tables(preset, rows, output_dir)
-    files += write_comparison(preset, comparison, output_dir,
-                              reference=",".join(f"{a}={v}" for a, v in preset.reference.items()))
-    files += make_plots(preset, rows, runs, output_dir)
+    files: list[Path] = []
+    if rows:
+        files += write_tables(preset, rows, output_dir)
+        files += write_comparison(
+            preset, comparison, output_dir,
+            reference=",".join(f"{a}={v}" for a, v in preset.reference.items()))
+        files += make_plots(preset, rows, runs, output_dir)
     result = {"experiment": preset.name, "size": size, "description": preset.description,
               "rows": rows, "comparison": comparison, "seeds": list(seeds),
               "files": [str(f) for f in files], "wall_seconds": walls}

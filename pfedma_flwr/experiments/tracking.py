@@ -1,11 +1,13 @@
-"""Optional experiment tracking, off by default: each round's metrics to TensorBoard or MLflow.
+"""Optional experiment tracking, off by default: config and round metrics to TensorBoard/MLflow.
 
 Fed from the per-round records the run writes (``rounds.jsonl``): live by the launcher
 (``pfedma run --tracking tensorboard``, through :class:`pfedma_flwr.server.progress.LiveProgress`)
 or afterwards from a run dir (``pfedma report DIR --tracking tensorboard``, :func:`replay`).
 Neither tracker is a dependency: ``tensorboard`` (written through ``torch.utils.tensorboard``)
 or ``mlflow`` must be installed; asking for a missing one is a clear error before the run
-starts. The trackers see only counts and rates, never answers or rule texts.
+starts. Each run's resolved configuration is logged first (:meth:`Tracker.config`); the
+experiment harness adds each variant's final metrics (:meth:`Tracker.final`). The trackers see
+only the configuration, counts and rates, never answers or rule texts.
 """
 
 from __future__ import annotations
@@ -89,12 +91,46 @@ class Tracker:
         mlflow.start_run()
         return mlflow
 
+    def _writer_open(self) -> Any:
+        if self._writer is None:
+            self._writer = self._open()
+        return self._writer
+
+    def config(self, yaml_text: str) -> None:
+        """Record the run's resolved configuration (``config.yaml``) once, before its rounds.
+
+        TensorBoard: a text entry ``config``; MLflow: the file as an artifact and every scalar
+        leaf as a parameter (``strategy.t_max``).
+        """
+        w = self._writer_open()
+        if self.backend == "tensorboard":
+            w.add_text("config", "```yaml\n" + yaml_text + "\n```", global_step=0)
+            w.flush()
+            return
+        import yaml
+
+        w.log_text(yaml_text, "config.yaml")
+        params = _flat(yaml.safe_load(yaml_text) or {})
+        w.log_params({k: str(v)[:500] for k, v in params.items()})
+
+    def final(self, metrics: Mapping[str, Any]) -> None:
+        """Record a run's final metrics (a results-table row) at the step after its last round."""
+        scalars = {f"final/{k}": x for k, v in metrics.items() if (x := _num(v)) is not None}
+        if not scalars:
+            return
+        w = self._writer_open()
+        if self.backend == "tensorboard":
+            for k, v in scalars.items():
+                w.add_scalar(k, v, global_step=self.steps + 1)
+            w.flush()
+        else:
+            w.log_metrics(scalars, step=self.steps + 1)
+
     def round(self, rec: Mapping[str, Any], acc: _Accuracy | None = None) -> None:
         """Record one round (its ``round`` number is the step)."""
         step = int(_num(rec.get("round")) or self.steps + 1)
         scalars = round_scalars(rec, acc)
-        if self._writer is None:
-            self._writer = self._open()
+        self._writer_open()
         if self.backend == "tensorboard":
             for k, v in scalars.items():
                 self._writer.add_scalar(k, v, global_step=step)
@@ -113,6 +149,16 @@ class Tracker:
         else:
             self._writer.end_run()
         self._writer = None
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Scalar leaves of a nested mapping by dotted key (lists as their text)."""
+    if not isinstance(tree, Mapping):
+        return {prefix: tree} if prefix else {}
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
+    return {k.rstrip("."): v for k, v in out.items()}
 
 
 def make_tracker(backend: str, target: Path | str) -> Tracker | None:
@@ -136,18 +182,24 @@ def make_tracker(backend: str, target: Path | str) -> Tracker | None:
     return Tracker(backend=name, target=target)
 
 
-def replay(run_dir: Path | str, tracker: Tracker) -> int:
-    """Feed a finished run dir's round records (with the accuracy after each) to ``tracker``.
+def replay(run_dir: Path | str, tracker: Tracker, final: Mapping[str, Any] | None = None) -> int:
+    """Feed a run dir's config, rounds (with the accuracy after each) and ``final`` metrics.
 
-    Returns the number of rounds recorded; the tracker is closed.
+    ``final`` is an experiment's results-table row, logged after the last round. Returns the
+    number of rounds recorded; the tracker is closed.
     """
     from pfedma_flwr.server.report import accuracy_by_round, load_run_dir
 
     run = load_run_dir(run_dir)
     acc = {a.round: a for a in accuracy_by_round(run)}
+    config = Path(run_dir) / "config.yaml"
     try:
+        if config.is_file():
+            tracker.config(config.read_text(encoding="utf-8"))
         for rec in run.rounds:
             tracker.round(rec, acc.get(int(_num(rec.get("round")) or 0)))
+        if final:
+            tracker.final(final)
     finally:
         tracker.close()
     return tracker.steps

@@ -39,7 +39,7 @@ RULES_PNG = "rules.png"
 PLOTS = (ACCURACY_PNG, ACCURACY_ROUNDS_PNG, ROUNDS_PNG, SELECTION_PNG, CAPABILITY_PNG, RULES_PNG)
 #: every file a run leaves in its output dir (``pfedma run --overwrite`` removes exactly these)
 RUN_FILES = ("summary.json", "rounds.jsonl", "queries.jsonl", "checkpoint.json", "config.yaml",
-             "run.log", RUN_INFO, REPORT, *PLOTS)
+             "run.log", "progress.jsonl", RUN_INFO, REPORT, *PLOTS)
 
 
 
@@ -118,8 +118,11 @@ def load_run(path: Path | str) -> dict[str, Any]:
             "accuracy": a.correct / a.done if a.done else None,
             **{f"acc/{b}": c / d for b, (c, d) in sorted(a.by_benchmark.items())}}
            for a in accuracy_by_round(run)]
-    return {"queries": pd.DataFrame(run.queries), "rounds": pd.DataFrame(round_table(run.rounds)),
-            "accuracy": pd.DataFrame(acc), "selections": pd.DataFrame(selection_table(run.rounds)),
+    profiles = client_profiles(run.summary)
+    sel = [{**r, "profile": profiles.get(r["client"], "")} for r in selection_table(run.rounds)]
+    return {"queries": pd.DataFrame(run.queries),
+            "rounds": pd.DataFrame(round_table(run.rounds, run.queries)),
+            "accuracy": pd.DataFrame(acc), "selections": pd.DataFrame(sel),
             "capability": pd.DataFrame(capability_table(run.summary)),
             "rules": pd.DataFrame(rule_coverage(run.rounds))}
 
@@ -138,20 +141,31 @@ class RoundAccuracy:
     by_benchmark: dict[str, list[int]]  # benchmark -> [correct, done]
 
 
+def settled_round(rounds: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The Flower round each query's answer was settled in: the last round it was asked in.
+
+    A query the orchestrator stops after round 1 is decided while round 2 is planned (the
+    engine's ``queries/num_finished`` counts it then), but its answer is round 1's: every table
+    of the report counts it from round 1.
+    """
+    last_seen: dict[str, int] = {}
+    for r in rounds:
+        for q in r.get("queries") or []:
+            if isinstance(q, dict):
+                last_seen[str(q.get("query_id"))] = int(_num(r.get("round")))
+    return last_seen
+
+
 def accuracy_by_round(run: RunDir) -> list[RoundAccuracy]:
     """Cumulative accuracy after each Flower round (overall and per benchmark).
 
-    A query finished in the last round its id appears in (``rounds.jsonl``); one in no round
+    A query finished in the round it was settled in (:func:`settled_round`); one in no round
     (ended after the last one, or never started) counts from the last round on.
     """
     nums = sorted({int(_num(r.get("round"))) for r in run.rounds})
     if not nums:
         return []
-    last_seen: dict[str, int] = {}
-    for r in run.rounds:
-        for q in r.get("queries") or []:
-            if isinstance(q, dict):
-                last_seen[str(q.get("query_id"))] = int(_num(r.get("round")))
+    last_seen = settled_round(run.rounds)
     out = []
     for n in nums:
         done = correct = 0
@@ -167,8 +181,22 @@ def accuracy_by_round(run: RunDir) -> list[RoundAccuracy]:
     return out
 
 
+def client_profiles(summary: Mapping[str, Any]) -> dict[str, str]:
+    """Client key -> the profile it announced at the handshake (``summary.json`` ``clients``)."""
+    return {str(k): str(_obj(d).get("profile_name", ""))
+            for k, d in _obj(summary.get("clients")).items()}
+
+
+def client_label(key: str, profiles: Mapping[str, str]) -> str:
+    """``partition-3 (statistician)``: the key with its profile, where one is known."""
+    return f"{key} ({profiles[key]})" if profiles.get(key) else key
+
+
 def selection_table(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (round, query, selected client): the client's anomaly score and retention."""
+    """One row per (round, query, selected client): the client's anomaly score and retention.
+
+    ``A`` is the anomaly score the round record keeps as ``score`` (``A`` in older records).
+    """
     rows = []
     for r in rounds:
         for q in r.get("queries") or []:
@@ -179,15 +207,19 @@ def selection_table(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 a = _obj(anomaly.get(c))
                 rows.append({"round": int(_num(r.get("round"))), "query_id": q.get("query_id"),
                              "t": int(_num(q.get("t"))), "client": str(c),
-                             "A": a.get("A"), "retained": a.get("retained")})
+                             "A": a.get("score", a.get("A")), "retained": a.get("retained")})
     return rows
 
 
 def capability_table(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per client of the final routing state: ``S`` and ``C <domain>`` per domain."""
+    """One row per client of the final routing state: its profile, ``S``, ``C <domain>``.
+
+    ``C`` of a domain the client was never asked about is ``None`` (undefined, not 0).
+    """
     clients = _obj(_obj(summary.get("routing")).get("clients"))
+    profiles = client_profiles(summary)
     domains = sorted({d for c in clients.values() for d in _obj(_obj(c).get("capability"))})
-    return [{"client": k, "S": _obj(c).get("reliability"),
+    return [{"client": k, "profile": profiles.get(k, ""), "S": _obj(c).get("reliability"),
              **{f"C {d}": _obj(_obj(c).get("capability")).get(d) for d in domains}}
             for k, c in sorted(clients.items())]
 
@@ -211,11 +243,19 @@ def _num(v: Any) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
 
 
-def round_table(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per Flower round: queries asked, answers retained and filtered, tokens, backend calls."""
+def round_table(rounds: Sequence[Mapping[str, Any]],
+                queries: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Per Flower round: queries asked, answers retained and filtered, tokens, backend calls.
+
+    ``finished`` counts the ``queries`` settled by the end of the round, as
+    :func:`accuracy_by_round` does (one definition for every table of the report).
+    """
+    settled = settled_round(rounds)
+    last = max((int(_num(r.get("round"))) for r in rounds), default=0)
     rows = []
     for r in rounds:
         m = _obj(r.get("metrics"))
+        n = int(_num(r.get("round")))
         rows.append({
             "round": int(_num(r.get("round"))),
             "queries": int(_num(m.get("select/num_queries"))),
@@ -223,7 +263,8 @@ def round_table(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "filtered": int(_num(m.get("anomaly/num_filtered"))),
             "tokens": int(_num(m.get("cost/tokens"))),
             "backend_calls": int(_num(m.get("cost/backend_calls"))),
-            "finished": int(_num(m.get("queries/num_finished"))),
+            "finished": sum(1 for q in queries
+                            if settled.get(str(q.get("query_id")), last) <= n),
             "promoted": int(_num(m.get("rules/num_promoted"))),
         })
     return rows
@@ -257,9 +298,11 @@ def _obj(v: Any) -> dict[str, Any]:
 def render_markdown(run: RunDir, plots: Sequence[str] = ()) -> str:
     """``report.md`` of a run: headline numbers first, then failures, rules, routing, rounds."""
     s, info = run.summary, run.run_info
+    profiles = client_profiles(s)
     lines = [f"# PFedMA run report: {run.path.name}", ""]
     lines += _table(["", ""], [
         ("status", s.get("status", "unknown (no summary.json)")),
+        *((("cause", s["cause"]),) if s.get("cause") else ()),
         ("accuracy", _pct(s.get("accuracy"))),
         ("queries", _fmt(s.get("num_queries"))), ("clients", _fmt(s.get("num_clients"))),
         ("rounds per query", _fmt(s.get("rounds_per_query"))),
@@ -285,7 +328,8 @@ def render_markdown(run: RunDir, plots: Sequence[str] = ()) -> str:
                                                                (-_num(kv[1]), kv[0])))
         by_client = _obj(gen.get("failed_by_client"))
         if by_client:
-            lines += _table(["client", "failures"], [(k, json.dumps(v, sort_keys=True))
+            lines += _table(["client", "failures"], [(client_label(k, profiles),
+                                                      json.dumps(v, sort_keys=True))
                                                      for k, v in sorted(by_client.items())])
     stops = _obj(s.get("stop_reasons"))
     if stops:
@@ -300,24 +344,32 @@ def render_markdown(run: RunDir, plots: Sequence[str] = ()) -> str:
     if clients:
         domains = sorted({d for c in clients.values() for d in _obj(_obj(c).get("capability"))})
         lines += ["## Routing state per client", "",
-                  "C: capability per knowledge domain; S: reliability.", ""]
-        lines += _table(["client", "S", *(f"C {d}" for d in domains)], [
-            (k, _fmt(_obj(c).get("reliability")),
+                  "C: capability per knowledge domain (- where the client was never asked "
+                  "about it); S: reliability.", ""]
+        lines += _table(["client", "profile", "S", *(f"C {d}" for d in domains)], [
+            (k, profiles.get(k, "") or "-", _fmt(_obj(c).get("reliability")),
              *(_fmt(_obj(_obj(c).get("capability")).get(d)) for d in domains))
             for k, c in sorted(clients.items())])
-    table = round_table(run.rounds)
+    table = round_table(run.rounds, run.queries)
     if table:
-        head = list(table[0])
-        lines += ["## Flower rounds", ""] + _table(head, [[r[h] for h in head] for r in table])
-        benches = sorted({b for a in accuracy_by_round(run) for b in a.by_benchmark})
-        lines += ["Accuracy of the queries finished by the end of each round, and global rules "
-                  "(rule coverage):", ""]
+        # one table: the queries finished by the end of a round and their accuracy come from
+        # the same rule (settled_round), so two tables can no longer disagree
+        by_round = {a.round: a for a in accuracy_by_round(run)}
+        benches = sorted({b for a in by_round.values() for b in a.by_benchmark})
         cov = {c["round"]: c for c in rule_coverage(run.rounds)}
-        lines += _table(["round", "finished", "accuracy", *benches, "global rules", "active"], [
-            (a.round, a.done, _pct(a.correct / a.done if a.done else None),
-             *(_pct(a.by_benchmark[b][0] / a.by_benchmark[b][1]) if b in a.by_benchmark
-               else "-" for b in benches), cov[a.round]["global"], cov[a.round]["active"])
-            for a in accuracy_by_round(run)])
+        lines += ["## Flower rounds", "",
+                  "Answers and cost per round; queries finished by its end (their answer "
+                  "settled), their accuracy so far, and global rules (rule coverage).", ""]
+        head = [*table[0], "accuracy", *benches, "global rules", "active"]
+
+        def _row(r: dict[str, Any]) -> list[Any]:
+            a = by_round.get(r["round"])
+            by_b = a.by_benchmark if a is not None else {}
+            return [*r.values(), _pct(a.correct / a.done if a and a.done else None),
+                    *(_pct(by_b[b][0] / by_b[b][1]) if b in by_b else "-" for b in benches),
+                    cov[r["round"]]["global"], cov[r["round"]]["active"]]
+
+        lines += _table(head, [_row(r) for r in table])
     lines += [f"![{Path(p).stem}]({p})" for p in plots] + ([""] if plots else [])
     if info:
         lines += ["## Provenance", ""] + _table(["", ""], [
@@ -352,7 +404,10 @@ def finish_server_run(out: Path, cfg: Any, *, flower_run_id: int | None,
     import logging
 
     try:
+        import sys
+
         update_run_info(out, {**base_run_info(cfg), "flower_run_id": flower_run_id,
+                              "server_python": sys.executable,  # the launcher compares it
                               "server_started_at": started_at, "server_finished_at": now()})
         write_report(out)
     except Exception as e:  # noqa: BLE001  (reported, and the results themselves are on disk)

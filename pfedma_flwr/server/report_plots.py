@@ -2,8 +2,10 @@
 
 One file per view: accuracy per benchmark, accuracy per round, answers and tokens per round,
 the selection heatmap (client x round), the capability matrix (client x domain, with S) and
-rule coverage per round. A plot without data is skipped; files are owner-only like every
-other result file.
+rule coverage per round. A plot without data (no rows, or nothing but zeros and undefined
+values) is skipped and an old copy removed; files are owner-only like every other result file.
+Clients are labelled with their profile, lines at 100 % stay clear of the legend (drawn beside
+the axes), and an undefined capability is a blank cell, not 0.00.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ def _plt() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _value(v: Any) -> float:
+    """A number for a heatmap cell; NaN (drawn blank) where the value is undefined."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else float("nan")
 
 
 def _save(plt: Any, fig: Any, path: Path) -> None:
@@ -65,18 +72,23 @@ def _accuracy_rounds(plt: Any, run: rep.RunDir, out: Path) -> bool:
         ]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linestyle="--", label=b)
     ax.set_xticks(x)
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 105)  # a line at 100 % stays visible above the top tick
     ax.set_xlabel("Flower round")
     ax.set_ylabel("accuracy of finished queries (%)")
     ax.set_title("accuracy per round (cumulative)")
-    ax.legend(fontsize=8)
+    _legend_beside(ax)
     _save(plt, fig, out / rep.ACCURACY_ROUNDS_PNG)
     return True
 
 
+def _legend_beside(ax: Any) -> None:
+    """The legend right of the axes, where it hides no line."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def _rounds(plt: Any, run: rep.RunDir, out: Path) -> bool:
     table = rep.round_table(run.rounds)
-    if not table:
+    if not any(r["retained"] or r["filtered"] or r["tokens"] for r in table):
         return False
     x = [r["round"] for r in table]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.0, 3.2))
@@ -90,7 +102,8 @@ def _rounds(plt: Any, run: rep.RunDir, out: Path) -> bool:
     )
     a1.set_xlabel("Flower round")
     a1.set_ylabel("answers")
-    a1.legend()
+    a1.set_ylim(0, 1.15 * max(r["retained"] + r["filtered"] for r in table))
+    a1.legend(fontsize=8, loc="upper right")
     a2.plot(x, [r["tokens"] for r in table], marker="o")
     a2.set_xlabel("Flower round")
     a2.set_ylabel("tokens")
@@ -111,13 +124,18 @@ def _heatmap(
     fmt: str,
     cmap: str,
 ) -> None:
-    im = ax.imshow(values, aspect="auto", cmap=cmap)
+    import numpy as np
+
+    grid = np.ma.masked_invalid(np.array(values, dtype=float))  # NaN: undefined, drawn blank
+    colours = plt.get_cmap(cmap).with_extremes(bad="white")
+    im = ax.imshow(grid, aspect="auto", cmap=colours)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xticks(range(len(cols)), cols, fontsize=8)
     if len(rows) * len(cols) <= 400:  # numbers stay readable; larger grids keep the colours
         for i, row in enumerate(values):
             for j, v in enumerate(row):
-                ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize=7)
+                text = "-" if v != v else format(v, fmt)  # NaN != NaN
+                ax.text(j, i, text, ha="center", va="center", fontsize=7)
     plt.colorbar(im, ax=ax)
 
 
@@ -131,10 +149,12 @@ def _selection(plt: Any, run: rep.RunDir, out: Path) -> bool:
         [float(sum(1 for s in sel if s["client"] == c and s["round"] == r)) for r in rounds]
         for c in clients
     ]
+    profiles = rep.client_profiles(run.summary)
     fig, ax = plt.subplots(
-        figsize=(max(4.0, 0.5 * len(rounds) + 3), max(2.5, 0.3 * len(clients) + 1.2))
+        figsize=(max(4.0, 0.5 * len(rounds) + 4), max(2.5, 0.3 * len(clients) + 1.2))
     )
-    _heatmap(plt, ax, counts, clients, [str(r) for r in rounds], ".0f", "Blues")
+    labels = [rep.client_label(c, profiles) for c in clients]
+    _heatmap(plt, ax, counts, labels, [str(r) for r in rounds], ".0f", "Blues")
     ax.set_xlabel("Flower round")
     ax.set_title("selections per client and round")
     _save(plt, fig, out / rep.SELECTION_PNG)
@@ -143,14 +163,15 @@ def _selection(plt: Any, run: rep.RunDir, out: Path) -> bool:
 
 def _capability(plt: Any, run: rep.RunDir, out: Path) -> bool:
     table = rep.capability_table(run.summary)
-    if not table:
+    cols = [k for k in (table[0] if table else {}) if k not in ("client", "profile")]
+    values = [[_value(r.get(k)) for k in cols] for r in table]
+    if not any(v == v for row in values for v in row):  # no defined value at all
         return False
-    cols = [k for k in table[0] if k != "client"]
-    values = [[float(rep._num(r.get(k))) for k in cols] for r in table]
     fig, ax = plt.subplots(
-        figsize=(max(3.5, 0.9 * len(cols) + 2.5), max(2.5, 0.3 * len(table) + 1.2))
+        figsize=(max(3.5, 0.9 * len(cols) + 3.5), max(2.5, 0.3 * len(table) + 1.2))
     )
-    _heatmap(plt, ax, values, [r["client"] for r in table], cols, ".2f", "viridis")
+    labels = [f"{r['client']} ({r['profile']})" if r.get("profile") else r["client"] for r in table]
+    _heatmap(plt, ax, values, labels, cols, ".2f", "viridis")
     ax.set_title("routing state: capability C per domain, reliability S")
     _save(plt, fig, out / rep.CAPABILITY_PNG)
     return True
@@ -158,8 +179,8 @@ def _capability(plt: Any, run: rep.RunDir, out: Path) -> bool:
 
 def _rules(plt: Any, run: rep.RunDir, out: Path) -> bool:
     cov = rep.rule_coverage(run.rounds)
-    if not cov:
-        return False
+    if not any(r["global"] or r["active"] or r["promoted"] for r in cov):
+        return False  # no rule in any round (e.g. rules.mode NR): nothing to draw
     x = [r["round"] for r in cov]
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     ax.plot(x, [r["global"] for r in cov], marker="o", label="global rules")
@@ -167,10 +188,11 @@ def _rules(plt: Any, run: rep.RunDir, out: Path) -> bool:
     ax.bar(x, [r["promoted"] for r in cov], alpha=0.4, label="promoted this round")
     ax.set_xticks(x)
     ax.set_ylim(bottom=0)
+    ax.set_ylim(0, 1.15 * max(max(r["global"], r["active"], r["promoted"]) for r in cov))
     ax.set_xlabel("Flower round")
     ax.set_ylabel("rules")
     ax.set_title("rule coverage per round")
-    ax.legend(fontsize=8)
+    _legend_beside(ax)
     _save(plt, fig, out / rep.RULES_PNG)
     return True
 

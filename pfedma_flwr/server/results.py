@@ -60,9 +60,10 @@ class ResultsWriter:
             private_dir(out_dir)
         self._rounds = out_dir / "rounds.jsonl"
         self._queries = out_dir / "queries.jsonl"
+        self._progress = out_dir / "progress.jsonl"
         self.checkpoint_path = out_dir / "checkpoint.json"
         if truncate:
-            for p in (self._rounds, self._queries):
+            for p in (self._rounds, self._queries, self._progress):
                 write_text_atomic(p, "")
 
     @classmethod
@@ -112,6 +113,10 @@ class ResultsWriter:
     def query(self, rec: dict[str, Any]) -> None:
         """Append one finished query."""
         self._append(self._queries, rec)
+
+    def progress(self, rec: dict[str, Any]) -> None:
+        """Append one in-round progress event (a node's reply, a heartbeat)."""
+        self._append(self._progress, rec)
 
     def text(self, name: str, content: str) -> None:
         """Write a small text file (e.g. the resolved config)."""

@@ -26,6 +26,7 @@ from pfedma_flwr.agents.backends.openai_backend import OpenAIBackend
 from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.protocol.codec import QUERY_DESCRIBE, empty_content
+from pfedma_flwr.protocol.startup import StartupFailed
 from pfedma_flwr.server_app import run_server
 from pfedma_flwr.testing import FakeGrid
 from tests.strategy.conftest import answer_json, read_jsonl
@@ -67,9 +68,15 @@ def test_dead_endpoint_fails_the_handshake_naming_node_and_endpoint(federation, 
                                                                     caplog):
     port = _closed_port()
     dead = _dead_backend(port)
-    with pytest.raises(RuntimeError, match="handshake"):
+    with pytest.raises(StartupFailed) as ei:
         federation(num_nodes=3, behaviour={i: _via(dead) for i in range(3)})
-    assert _summary_json(tmp_path)["status"] == "failed"  # never "completed" at accuracy 0
+    # one line names every client and the endpoint; the status says the model cannot answer
+    cause = (f"only 0 of 3 nodes started their agent (need strategy.min_nodes=2): clients p0, "
+             f"p1, p2: openai backend at http://127.0.0.1:{port}/v1 (model '{MODEL}'): cannot "
+             "connect to the endpoint ([Errno 111] Connection refused)")
+    assert str(ei.value).startswith(cause) and "\n" not in str(ei.value)
+    summary = _summary_json(tmp_path)
+    assert summary["status"] == "failed:generation" and summary["cause"] == str(ei.value)
     # the server log names each node and the endpoint (whatever the strategy's wording)
     warned = [r.getMessage() for r in caplog.records
               if r.levelname == "WARNING" and f"127.0.0.1:{port}" in r.getMessage()]
@@ -83,8 +90,9 @@ def test_dead_endpoint_fails_the_handshake_naming_node_and_endpoint(federation, 
                                              dst_node_id=grid.node_ids[0],
                                              message_type=QUERY_DESCRIBE, group_id="0")])
     assert reply.has_error()
-    assert (f"client p0: openai backend at http://127.0.0.1:{port}/v1 (model '{MODEL}'): "
-            "endpoint does not answer within 10s") in reply.error.reason
+    assert (f"agent start-up failed on client p0 [generation]: openai backend at "
+            f"http://127.0.0.1:{port}/v1 (model '{MODEL}'): cannot connect to the endpoint"
+            ) in reply.error.reason
 
 
 def test_endpoint_dying_after_the_handshake_ends_failed_generation(federation, tmp_path,

@@ -30,7 +30,7 @@ SHARED = (
     "pfedma_flwr.answers", "pfedma_flwr.config", "pfedma_flwr.config_checks",
     "pfedma_flwr.embeddings", "pfedma_flwr.equations", "pfedma_flwr.logs",
     "pfedma_flwr.persistence", "pfedma_flwr.registry",
-    "pfedma_flwr.resources", "pfedma_flwr.judging",
+    "pfedma_flwr.resources", "pfedma_flwr.judging", "pfedma_flwr.run_config",
 )
 SHELLS = ("pfedma_flwr.server_app", "strategies", "client_apps")
 # The top level of pfedma_flwr/: a new flat module needs a decision about its layer here.
@@ -38,7 +38,7 @@ TOP_LEVEL = {
     "__init__", "__main__", "_app", "agents", "aggregation", "anomaly", "answers", "baselines",
     "cli", "client", "config", "config_checks", "data", "embeddings", "equations",
     "experiments", "judging", "logs", "persistence", "protocol", "registry", "resources",
-    "routing", "rules", "server", "server_app", "testing", "training",
+    "routing", "rules", "run_config", "server", "server_app", "testing", "training",
 }
 # Server side: the engine and everything the ServerApp builds it from.
 SERVER_ROOTS = (
@@ -227,11 +227,12 @@ def test_the_launcher_is_the_harness_bottom_layer():
     assert "pfedma_flwr.experiments.launch" in _closure(g, "pfedma_flwr.experiments.runner")
     # the package __init__ is what `import pfedma_flwr.experiments.launch` runs first; its
     # own edges are the package's public names, not the launcher's
-    g["pfedma_flwr.experiments.launch"] -= {"pfedma_flwr.experiments"}
-    g["pfedma_flwr.experiments.tracking"] -= {"pfedma_flwr.experiments"}
+    bottom = [f"pfedma_flwr.experiments.{m}"
+              for m in ("launch", "outcome", "preflight", "processes", "tracking")]
+    for m in bottom:
+        g[m] -= {"pfedma_flwr.experiments"}
     reached = _closure(g, "pfedma_flwr.experiments.launch")
-    assert sorted(m for m in reached if _under(m, ("pfedma_flwr.experiments",))) == [
-        "pfedma_flwr.experiments.launch", "pfedma_flwr.experiments.tracking"]
+    assert sorted(m for m in reached if _under(m, ("pfedma_flwr.experiments",))) == bottom
 
 
 # ------------------------------------------------------------------ the layers

@@ -81,10 +81,17 @@ def test_launcher_reserves_no_gpu_and_one_cpu_per_endpoint_client(monkeypatch, t
 
     monkeypatch.setattr(launch, "start_superlink", lambda *a: subprocess.Popen(["true"]))
     monkeypatch.setattr(launch, "_flwr", fake_flwr)
-    launch.run(config="one_gpu", num_clients=4, output_dir=tmp_path / "o")
+    # no vLLM server here: the launcher's own check of the endpoint is off for this test
+    launch.run(config="one_gpu", num_clients=4, output_dir=tmp_path / "o", backend_check=False)
     fed = seen[0][seen[0].index("--federation-config") + 1]
     assert fed == "num-supernodes=4 client-resources-num-cpus=1 client-resources-num-gpus=0"
-    launch.run(config="one_gpu", num_clients=4, output_dir=tmp_path / "o", gpus_per_client=0.25)
+    launch.run(
+        config="one_gpu",
+        num_clients=4,
+        output_dir=tmp_path / "o",
+        gpus_per_client=0.25,
+        backend_check=False,
+    )
     assert seen[1][seen[1].index("--federation-config") + 1].endswith(
         "client-resources-num-gpus=0.25"
     )

@@ -68,14 +68,42 @@ def test_resources_in_a_clone_are_the_repository_dirs():
 
 def test_resources_prefer_the_packaged_copies(tmp_path, monkeypatch):
     pkg = tmp_path / "site" / "pfedma_flwr"
-    for sub in ("_conf", "_data", "_app"):
+    for sub in ("_conf", "_data/gsm8k", "_app"):
         (pkg / sub).mkdir(parents=True)
+    (pkg / "_data" / "gsm8k" / "test.jsonl.gz").write_bytes(b"")
     (tmp_path / "site" / "conf").mkdir()  # some other distribution's top-level conf/
     monkeypatch.setattr(resources, "PACKAGE_DIR", pkg)
     monkeypatch.setattr(resources, "_ROOT", pkg.parent)
     assert resources.conf_dir() == pkg / "_conf"
     assert resources.data_dir() == pkg / "_data"
     assert resources.app_dir() == pkg / "_app"  # no Flower pyproject.toml beside the package
+
+
+def test_an_app_bundle_without_data_uses_the_installed_distributions(tmp_path, monkeypatch):
+    # plain `flwr run .`: Flower's FAB carries data/SOURCES.md but no .gz file
+    bundle = tmp_path / "fab"
+    (bundle / "pfedma_flwr").mkdir(parents=True)
+    (bundle / "data").mkdir()
+    (bundle / "data" / "SOURCES.md").write_text("sources")
+    monkeypatch.setattr(resources, "PACKAGE_DIR", bundle / "pfedma_flwr")
+    monkeypatch.setattr(resources, "_ROOT", bundle)
+    monkeypatch.setattr(resources, "installed_dir", lambda name: ROOT / name)
+    assert resources.data_dir() == ROOT / "data"
+    monkeypatch.setattr(resources, "installed_dir", lambda name: None)
+    assert resources.data_dir() == bundle / "data"  # then the loader's error names it
+
+
+def test_installed_dir_follows_an_editable_install_to_its_source_tree(monkeypatch, tmp_path):
+    class Dist:
+        def locate_file(self, rel):
+            return tmp_path / "site" / rel
+
+        def read_text(self, name):
+            return json.dumps({"url": f"file://{ROOT}", "dir_info": {"editable": True}})
+
+    monkeypatch.setattr(resources.importlib.metadata, "distribution", lambda name: Dist())
+    assert resources.installed_dir("data") == ROOT / "data"
+    assert resources.installed_dir("nope") is None
 
 
 @pytest.fixture(scope="module")

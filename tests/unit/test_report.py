@@ -1,4 +1,4 @@
-"""report.md, plots and run_info.json of a run dir, and `pfedma run`'s refusal to overwrite.
+"""report.md, plots and run_info.json of a run dir.
 
 The run dir below is written by hand: 4 queries (gsm8k 1/2 correct, medqa 2/2), two rounds
 (round 1: 6 retained + 2 filtered answers, 900 tokens; round 2: 3 + 1, 400 tokens).
@@ -112,8 +112,10 @@ def test_report_has_headline_numbers_failures_rules_routing_and_plots(tmp_path):
     # reason codes commonest first
     assert text.index("| timeout | 2 |") < text.index("| malformed | 1 |")
     assert "redact a \\| b names" in text  # a pipe in a rule's text cannot break the table
-    assert "| partition-0 | 0.7 | 0.6 | 0.4 |" in text
-    assert "| 1 | 4 | 6 | 2 | 900 | 6 | 2 | 1 |" in text
+    assert "| partition-0 | - | 0.7 | 0.6 | 0.4 |" in text  # no handshake profile recorded
+    # one table per round; these rounds name no query, so all 4 count from the last round
+    assert "| 1 | 4 | 6 | 2 | 900 | 6 | 0 | 1 | - | - | - | 0 | 0 |" in text
+    assert "| 2 | 2 | 3 | 1 | 400 | 2 | 4 | 0 | 75.0 % | 50.0 % | 100.0 % | 0 | 0 |" in text
     for png in (report.ACCURACY_PNG, report.ROUNDS_PNG):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (out / png).stat().st_mode & 0o777 == 0o600
@@ -164,45 +166,7 @@ def test_base_run_info_records_versions_commit_and_the_embedded_models_digest():
     assert commit is None or len(commit.split("+")[0]) == 40
 
 
-def test_pfedma_run_refuses_a_dir_that_holds_a_run(tmp_path, monkeypatch, capsys):
-    out = _run_dir(tmp_path)
-    called = []
-    monkeypatch.setattr(
-        "pfedma_flwr.experiments.launch.main", lambda argv: called.append(argv) or 0
-    )
-    assert cli.main(["run", "--config", "tiny", "--output-dir", str(out)]) == 1
-    assert "already holds a run" in capsys.readouterr().err and called == []
-    assert json.loads((out / "summary.json").read_text()) == SUMMARY  # untouched
-
-
-def test_pfedma_run_overwrite_removes_the_old_results_then_runs(tmp_path, monkeypatch):
-    out = _run_dir(tmp_path)
-    (out / "report.md").write_text("old")
-    (out / "unrelated.txt").write_text("mine")
-    called = []
-
-    def fake_main(argv):
-        called.append(argv)
-        assert not (out / "summary.json").exists() and not (out / "report.md").exists()
-        return 0
-
-    monkeypatch.setattr("pfedma_flwr.experiments.launch.main", fake_main)
-    assert cli.main(["run", "--output-dir", str(out), "--overwrite"]) == 0
-    assert called == [["run", "--output-dir", str(out)]]  # --overwrite is the CLI's, not Flower's
-    assert (out / "unrelated.txt").read_text() == "mine"
-    info = json.loads((out / report.RUN_INFO).read_text())
-    assert info["command"] == ["pfedma", "run", "--output-dir", str(out)]
-    assert info["exit_code"] == 0 and info["finished_at"] >= info["started_at"]
-    assert not (out / "report.md").exists()  # the fake run wrote no result to report on
-
-
-def test_pfedma_run_resume_is_allowed_and_reports(tmp_path, monkeypatch):
-    out = _run_dir(tmp_path)
-    monkeypatch.setattr("pfedma_flwr.experiments.launch.main", lambda argv: 0)
-    assert cli.main(["run", "--output-dir", str(out), "--resume"]) == 0
-    assert "| accuracy | 75.0 % |" in (out / "report.md").read_text()
-    assert "| accuracy | 75.0 % |" in report.headline(out)
-    assert (out / "summary.json").exists()
+# `pfedma run`'s refusal, --overwrite and --resume: tests/unit/test_launch.py
 
 
 def test_run_log_lines_lose_their_ansi_codes():

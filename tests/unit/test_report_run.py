@@ -12,6 +12,7 @@ Selections: p0 1+1, p1 2+0, p2 1+1.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -104,8 +105,8 @@ def test_selection_capability_and_rule_tables():
         "retained": False,
     }
     assert report.capability_table(SUMMARY) == [
-        {"client": "p0", "S": 0.7, "C math": 0.6, "C medicine": 0.4},
-        {"client": "p1", "S": 0.3, "C math": 0.2, "C medicine": None},
+        {"client": "p0", "profile": "", "S": 0.7, "C math": 0.6, "C medicine": 0.4},
+        {"client": "p1", "profile": "", "S": 0.3, "C math": 0.2, "C medicine": None},
     ]
     assert report.rule_coverage(ROUNDS) == [
         {"round": 1, "global": 2, "active": 1, "promoted": 1},
@@ -120,9 +121,11 @@ def test_every_plot_the_issue_lists_is_written_and_linked(tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert (out / png).stat().st_mode & 0o777 == 0o600
         assert f"]({png})" in text
-    # the per-round table: accuracy so far, per benchmark, rule coverage
-    assert "| 1 | 1 | 100.0 % | 100.0 % | - | 2 | 1 |" in text
-    assert "| 2 | 3 | 66.7 % | 100.0 % | 0.0 % | 2 | 2 |" in text
+    # the per-round table: answers, cost, queries finished, accuracy so far, per benchmark,
+    # rule coverage
+    assert "| 1 | 2 | 3 | 1 | 35 | 0 | 1 | 0 | 100.0 % | 100.0 % | - | 2 | 1 |" in text
+    assert "| 2 | 1 | 2 | 0 | 12 | 0 | 3 | 0 | 66.7 % | 100.0 % | 0.0 % | 2 | 2 |" in text
+    assert text.count("## Flower rounds") == 1 and "| round | finished | accuracy" not in text
 
 
 def test_a_plot_whose_data_is_gone_is_removed_with_its_link(tmp_path):
@@ -241,3 +244,65 @@ def test_docs_list_every_plot_and_frame():
         assert f"`{png}`" in text, png
     for frame in ("queries", "rounds", "accuracy", "selections", "capability", "rules"):
         assert f'f["{frame}"]' in text, frame
+
+
+def test_the_round_table_and_the_accuracy_count_the_same_finished_queries(tmp_path):
+    # a query the orchestrator stops after round 1 is settled in round 1 in both (the engine's
+    # own queries/num_finished metric counts it in round 2: it said 0 where accuracy said 18)
+    run = report.load_run_dir(_run_dir(tmp_path))
+    rows = report.round_table(run.rounds, run.queries)
+    assert (
+        [r["finished"] for r in rows]
+        == [a.done for a in report.accuracy_by_round(run)]
+        == [
+            1,
+            3,
+        ]
+    )
+
+
+def test_selections_read_the_anomaly_score_the_round_records_keep():
+    rounds = [
+        {
+            "round": 1,
+            "queries": [
+                {
+                    "query_id": "q",
+                    "t": 1,
+                    "selected": ["p0"],
+                    "anomaly": {"p0": {"score": 0.25, "retained": True}},
+                }
+            ],
+        }
+    ]
+    assert report.selection_table(rounds)[0]["A"] == 0.25
+
+
+def test_clients_carry_their_profile_in_the_report_and_the_frames(tmp_path):
+    out = _run_dir(tmp_path)
+    summary = {
+        **SUMMARY,
+        "clients": {"p0": {"profile_name": "mathematician"}, "p1": {"profile_name": "physician"}},
+    }
+    (out / "summary.json").write_text(json.dumps(summary))
+    text = report.write_report(out).read_text()
+    assert "| p0 | mathematician | 0.7 | 0.6 | 0.4 |" in text
+    assert "| p1 | physician | 0.3 | 0.2 | - |" in text  # never asked about medicine: undefined
+    assert report.client_label("p0", report.client_profiles(summary)) == "p0 (mathematician)"
+
+
+def test_plots_without_data_are_left_out(tmp_path):
+    from pfedma_flwr.server import report_plots
+
+    out = _run_dir(tmp_path)
+    rounds = [
+        {**r, "rules": {}, "metrics": {**r["metrics"], "rules/num_global": 0}} for r in ROUNDS
+    ]
+    (out / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
+    summary = {**SUMMARY, "routing": {"clients": {"p0": {"capability": {}}}}}
+    (out / "summary.json").write_text(json.dumps(summary))
+    text = report.write_report(out).read_text()
+    for png in (report.RULES_PNG, report.CAPABILITY_PNG):  # no rule, no defined C or S
+        assert not (out / png).exists() and f"]({png})" not in text
+    assert (out / report.SELECTION_PNG).exists()
+    assert math.isnan(report_plots._value(None)) and report_plots._value(0.0) == 0.0

@@ -207,14 +207,16 @@ def test_undecodable_checkpoint_is_a_clear_error(tmp_path: Path, raw: bytes):
 # ----------------------------------------------------------------------------- launcher
 
 
-def _fake_launch(monkeypatch, tmp_path: Path, summary: dict | None, status: str) -> None:
+def _fake_launch(monkeypatch, tmp_path: Path, summary: dict | None, status: str,
+                 log: str = "") -> None:
     """The launcher with Flower stubbed out: the run 'ends' with ``status``."""
     monkeypatch.setattr(launch, "start_superlink", lambda *a, **k: None)
-    monkeypatch.setattr(launch, "stop_superlink", lambda proc: None)
+    monkeypatch.setattr(launch, "stop_superlink", lambda *a, **k: None)
     monkeypatch.setattr(launch, "_flwr", lambda args, env, **kw: subprocess.CompletedProcess(
         args, 0, stdout='{"run-id": 5}', stderr=""))
 
-    def follow(run_id, env, log_path, timeout):
+    def follow(run_id, env, log_path, timeout, echo=True):
+        log_path.write_text(log)
         if summary is not None:
             (tmp_path / "out" / "summary.json").write_text(json.dumps(summary))
         return status
@@ -242,22 +244,35 @@ def test_launcher_exit_codes_for_success_and_flower_failure(tmp_path, monkeypatc
     assert launch.run(config="tiny", num_clients=2, output_dir=tmp_path / "out",
                       cpus_per_client=1.0) == 0
     assert _mode(tmp_path / "out") == 0o700  # made by the launcher: owner-only
-    _fake_launch(monkeypatch, tmp_path, None, "finished:failed")
-    (tmp_path / "out" / "run.log").write_text(
+    _fake_launch(monkeypatch, tmp_path, None, "finished:failed", log=(
         "INFO : [ROUND 1]\n"
         "WARNING :   Node 1000 left out of routing: error reply: client p0: openai backend at "
         "http://127.0.0.1:9/v1 (model 'm'): endpoint does not answer within 10s\n"
         "ERROR :     ServerApp raised an exception\n"
-        "RuntimeError: only 0 nodes answered the handshake; need 2\n")
+        "RuntimeError: only 0 nodes answered the handshake; need 2\n"))
     assert launch.run(config="tiny", num_clients=2, output_dir=tmp_path / "out",
-                      cpus_per_client=1.0) == 1
+                      cpus_per_client=1.0, overwrite=True) == 1
     err = capsys.readouterr().err
-    assert "ended with status 'finished:failed'" in err
-    # the reasons are repeated, not only "see run.log"
+    # the reasons are repeated, not only "see run.log", and the last line names the cause
     assert "[pfedma]   WARNING :   Node 1000 left out of routing: error reply: client p0: " \
            "openai backend at http://127.0.0.1:9/v1" in err
-    assert "[pfedma]   RuntimeError: only 0 nodes answered the handshake; need 2" in err
+    assert err.strip().splitlines()[-1].startswith(
+        "[pfedma] run 5 failed (Flower: finished:failed): RuntimeError: only 0 nodes answered "
+        "the handshake; need 2 (exit 1; log: ")
     assert "[ROUND 1]" not in err
+
+
+def test_launcher_exit_2_and_cause_for_agents_that_could_not_start(tmp_path, monkeypatch,
+                                                                   capsys):
+    cause = ("only 0 of 2 nodes started their agent (need strategy.min_nodes=2): clients p0, "
+             "p1: openai backend at http://127.0.0.1:9/v1 (model 'm'): cannot connect")
+    _fake_launch(monkeypatch, tmp_path, {"status": "failed:generation", "cause": cause},
+                 "finished:failed")
+    assert launch.run(config="tiny", num_clients=2, output_dir=tmp_path / "out",
+                      cpus_per_client=1.0, backend_check=False) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"[pfedma] run 5 failed:generation (Flower: finished:failed): "
+                           f"{cause} (exit 2; log: ")
 
 
 @pytest.mark.parametrize("text, problem", [

@@ -78,6 +78,10 @@ class BackendUnavailableError(RuntimeError):
     """
 
 
+class ModelNotFoundError(BackendUnavailableError, ValueError):
+    """A backend's model is not where its config says (no such directory, not in the cache)."""
+
+
 def validate_messages(messages: Any) -> str:
     """Return ``""`` if ``messages`` is a non-empty chat message list, else the reason it is not."""
     if not isinstance(messages, list) or not messages:

@@ -39,6 +39,9 @@ Mode = Literal["batched", "sequential"]
 MODES: tuple[str, ...] = ("batched", "sequential")
 _CTX_ROUND = 256
 _MIN_SHARED = 16
+# seconds between "generating" log lines of one batched call: a client's batch of the main
+# job decodes for minutes, and this is the only sign of life the run log gets meanwhile
+_PROGRESS_EVERY = 20.0
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:
@@ -432,7 +435,14 @@ class LlamaCppBackend(Backend):
         # Decode: one token per active sequence per llama_decode.
         active = [s for s in seqs if not s.finish]
         steps = 0
+        started = time.monotonic()
+        note = started + _PROGRESS_EVERY
         while active:
+            if time.monotonic() >= note:
+                note = time.monotonic() + _PROGRESS_EVERY
+                logger.info("generating %d answers: %d done, %d tokens after %.0f s", len(seqs),
+                            len(seqs) - len(active), sum(len(s.out) for s in seqs),
+                            note - _PROGRESS_EVERY - started)
             b.n_tokens = len(active)
             for j, s in enumerate(active):
                 b.token[j] = s.out[-1]

@@ -236,7 +236,7 @@ class OpenAIBackend(Backend):
         try:
             served = [m.id for m in client.models.list()]
         except self._openai.APIConnectionError as e:  # timeouts included
-            raise self._unavailable(f"endpoint does not answer within {timeout:g}s", e) from e
+            raise self._unavailable(self._no_answer(e, timeout), e) from e
         except self._openai.APIStatusError as e:
             if e.status_code in (401, 403):
                 raise self._unavailable(
@@ -250,7 +250,7 @@ class OpenAIBackend(Backend):
                 model=self.model, messages=[{"role": "user", "content": "ping"}],
                 max_tokens=1, temperature=0.0)
         except self._openai.APIConnectionError as e:
-            raise self._unavailable(f"endpoint does not answer within {timeout:g}s", e) from e
+            raise self._unavailable(self._no_answer(e, timeout), e) from e
         except self._openai.APIStatusError as e:
             if e.status_code in (401, 403):
                 what = f"endpoint refused the API key from ${self.api_key_env}"
@@ -263,6 +263,13 @@ class OpenAIBackend(Backend):
         except self._openai.APIError as e:
             raise self._unavailable("endpoint answers with something other than a chat "
                                     "completion", e) from e
+
+    def _no_answer(self, e: Exception, timeout: float) -> str:
+        """A timeout, or the connection's own failure (refused, no such host) as its cause."""
+        if isinstance(e, self._openai.APITimeoutError):
+            return f"endpoint does not answer within {timeout:g}s"
+        cause = e.__cause__ or e.__context__
+        return f"cannot connect to the endpoint ({cause or e})"
 
     def _unavailable(self, what: str, e: Exception) -> BackendUnavailableError:
         status = getattr(e, "status_code", None)

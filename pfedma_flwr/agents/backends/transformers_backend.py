@@ -18,7 +18,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
+from pfedma_flwr.agents.backends.base import (
+    Backend,
+    GenerationResult,
+    Messages,
+    ModelNotFoundError,
+)
 from pfedma_flwr.agents.backends.embedded import (
     EMBEDDED_MODELS,
     cache_dir,
@@ -46,8 +51,9 @@ def resolve_model_dir(model: str) -> Path:
 
     Raises
     ------
-    ValueError
-        Naming the model, where it was looked for, and how to make it available.
+    ModelNotFoundError
+        (a ``ValueError``) naming the model, where it was looked for, and how to make it
+        available.
     """
     if model in EMBEDDED_MODELS:
         return embedded_model_path(model)
@@ -68,9 +74,9 @@ def resolve_model_dir(model: str) -> Path:
                "HF_HUB_OFFLINE=0)")
     except OSError as e:  # an allowed download that failed (network, gated repo, no repo)
         why = f"not a local path, and the download failed: {type(e).__name__}: {str(e)[:160]}"
-    raise ValueError(f"model {model!r}: {why}; the transformers backend takes a local HF "
-                     f"directory, a .gguf file, an embedded name {sorted(EMBEDDED_MODELS)} or "
-                     "a cached Hugging Face model id")
+    raise ModelNotFoundError(
+        f"model {model!r}: {why}; the transformers backend takes a local HF directory, a .gguf "
+        f"file, an embedded name {sorted(EMBEDDED_MODELS)} or a cached Hugging Face model id")
 
 
 def dir_sha256(directory: Path) -> str:
