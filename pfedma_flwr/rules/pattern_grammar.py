@@ -255,7 +255,7 @@ def _kind(c: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _chars_of(src: str, flags: int) -> frozenset[str]:
-    """The characters ``src`` matches among :data:`_ALPHABET` and the characters it names.
+    r"""The characters ``src`` matches among :data:`_ALPHABET` and the characters it names.
 
     A symbol outside the alphabet (``°``, ``€``) counts as the punctuation it is in the
     shape space: ``°C?\B`` probes like ``.C?\B`` (a held-out "37 °." was redacted before).
