@@ -29,6 +29,7 @@ from pfedma_flwr.rules.global_update import (
     new_twins,
     spec_key,
 )
+from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.model import check_detectors
 from pfedma_flwr.rules.normalize import text_key
 from pfedma_flwr.rules.promotion import (
@@ -359,7 +360,12 @@ class GlobalRuleRepository:
         have = {(text_key(r.text), spec_key(r)) for r in self._rules}
         new = []
         for g in rules:
-            check_detectors(g.entity_types, g.patterns)
+            # a catalogue safety rule (guard scope) was checked against the catalogue where
+            # it was built; its relevance keywords never redact, so they skip the text probe
+            check_detectors(g.entity_types, g.patterns, probe=g.scope != GUARD_SCOPE)
+            if g.scope == GUARD_SCOPE and (why := catalogue_problem(
+                    g.text, g.category, g.action, g.entity_types, g.patterns)):
+                raise ValueError(f"initial rule {g.text[:60]!r}: {why}")
             if (text_key(g.text), spec_key(g)) in have or \
                     len(self._rules) + len(new) >= self.max_rules:
                 continue

@@ -286,9 +286,11 @@ def _paths(seq: list[_Node], follow: frozenset[str], tail: bool = False, prior: 
                                                  or (prior * total > 1 and can_fail_after)):
             total *= n.hi - n.lo + 1
         elif n.kind == "group":
-            total *= len(n.branches) * (2 if n.lo == 0 else 1)
-            for b in n.branches:
-                total *= _paths(b, after, can_fail_after, prior * total)
+            # the engine tries the branches one after another: their ways add up (a product
+            # rejected an eight-keyword alternation with plural s? at 2^8 * 8 ways)
+            ways = sum(_paths(b, after, can_fail_after, prior * total * len(n.branches))
+                       for b in n.branches)
+            total *= ways * (2 if n.lo == 0 else 1)
         if total > MAX_PATHS:
             return total
     return total
