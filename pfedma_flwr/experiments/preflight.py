@@ -78,7 +78,7 @@ def name_problems(cfg: PFedMAConfig, *, plugins_ok: bool = False) -> list[Proble
     from pfedma_flwr.data.benchmarks import BENCHMARKS
     from pfedma_flwr.data.profiles import PROFILES
     from pfedma_flwr.routing import ORCHESTRATORS
-    from pfedma_flwr.rules.policy import GLOBAL_POLICIES
+    from pfedma_flwr.rules.policy import policy_names
     from strategies.registry import STRATEGIES
 
     checks = [(STRATEGIES, "strategy.name", cfg.strategy.name, False),
@@ -91,10 +91,10 @@ def name_problems(cfg: PFedMAConfig, *, plugins_ok: bool = False) -> list[Proble
     checks += [(PROFILES, "agent.profiles", p, True) for p in cfg.agent.profiles]
     out = [Problem("config", msg) for reg, key, name, client in checks
            if (msg := _lookup(reg, key, name, client, plugins_ok))]
-    unknown = [p for p in cfg.rules.global_policy if p not in GLOBAL_POLICIES]
+    unknown = [p for p in cfg.rules.global_policy if p not in policy_names()]
     if unknown:
         out.append(Problem("config", f"rules.global_policy: unknown {unknown}; known: "
-                                     f"{sorted(GLOBAL_POLICIES)}"))
+                                     f"{policy_names()}"))
     if cfg.embedding.name not in ("minilm", "hashing"):
         out.append(Problem("config", f"embedding.name must be minilm|hashing, got "
                                      f"{cfg.embedding.name!r}"))

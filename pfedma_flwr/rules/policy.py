@@ -83,13 +83,18 @@ def initial_local_rules(
     return out
 
 
+def policy_names() -> list[str]:
+    """Every built-in name ``rules.global_policy`` accepts (the safety policy included)."""
+    return sorted([*GLOBAL_POLICIES, SAFETY_POLICY])
+
+
 def initial_global_rules(names: Sequence[str], *, id_prefix: str = "g") -> list[GlobalRule]:
     """The server's initial global policy from built-in names (unknown names raise, listed).
 
     ``mind2web_sc_safety`` (:data:`~pfedma_flwr.rules.guard_rules.SAFETY_POLICY`) adds the six
     safety rules (scope ``guard``).
     """
-    known = sorted([*GLOBAL_POLICIES, SAFETY_POLICY])
+    known = policy_names()
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"rules.global_policy: unknown {unknown}; known: {known}")
@@ -141,6 +146,7 @@ __all__ = [
     "DEFAULT_GLOBAL_POLICY",
     "DOMAIN_ENTITIES",
     "GLOBAL_POLICIES",
+    "policy_names",
     "initial_global_rules",
     "initial_local_rules",
     "new_id_prefix",
