@@ -44,9 +44,11 @@ def outcome(run_id: int, flower: str, out: Path, timeout: float) -> tuple[int, s
                                            f"{summary} (exit {EXIT_FAILED})")
         problem = summary_problem(summary)
         if problem:
-            return EXIT_GENERATION, "failed:generation", (
+            status = str(_read_summary(summary).get("status") or "failed:generation")
+            code = EXIT_GENERATION if status == "failed:generation" else EXIT_FAILED
+            return code, status, (
                 f"[pfedma] run {run_id} finished, but {problem}; see {summary} "
-                f"(exit {EXIT_GENERATION})")
+                f"(exit {code})")
         return 0, "completed", f"[pfedma] run {run_id} finished: {summary}"
     s = _read_summary(summary)
     status = str(s.get("status") or "failed")
@@ -127,7 +129,10 @@ def summary_problem(path: Path) -> str:
                  key=lambda kv: (-kv[1], kv[0]))
     where = ", ".join(sorted(str(c) for c in _obj(gen.get("failed_by_client")))[:8])
     detail = ""
-    if gen:
+    if status == "failed:no_answers":
+        detail = (f": {summary.get('num_queries')} queries finished and no agent was asked one "
+                  "(every selection was refused or invalid; see rounds.jsonl)")
+    elif gen:
         detail = (f": {gen.get('generation_failed')} of {gen.get('answers')} agent answers "
                   f"were not produced (threshold {gen.get('max_failed_share')}), failures by "
                   f"reason {dict(top[:5])}" + (f" on {where}" if where else ""))

@@ -17,6 +17,8 @@ from pfedma_flwr.protocol.validation import short_id
 #: ``summary.json`` status of a run in which more than ``max_failed_share`` of the answers
 #: asked of agents were not produced (dead endpoint, wrong model, unparsable output...)
 GENERATION_FAILED = "failed:generation"
+#: queries finished but no agent was ever asked one (every selection refused or invalid)
+NO_ANSWERS = "failed:no_answers"
 #: Message-level failure codes (the strategy's ``failures``) in which the agent produced
 #: nothing: no reply in time, or its app raised. A reply rejected at the seam for its content
 #: (``malformed``, ``duplicate``...) is the defence against hostile clients doing its job:
@@ -309,12 +311,16 @@ def generation_summary(totals: Mapping[str, Any], max_failed_share: float) -> di
 def run_status(summary: Mapping[str, Any]) -> str:
     """``failed:generation`` if more than ``max_failed_share`` of the answers were not produced.
 
-    Read from the summary's ``generation`` block; otherwise ``completed`` (also for a summary
-    without the block, written by older code).
+    ``failed:no_answers`` when queries finished but no agent was asked a single one (accuracy 0
+    there measures the routing's refusals, not the agents). Read from the summary's
+    ``generation`` block; otherwise ``completed`` (also for a summary without the block,
+    written by older code).
     """
     gen = summary.get("generation")
     if not isinstance(gen, Mapping):
         return "completed"
+    if int(summary.get("num_queries") or 0) > 0 and gen.get("answers") == 0:
+        return NO_ANSWERS
     try:
         over = float(gen["generation_failed_share"]) > float(gen["max_failed_share"])
     except (KeyError, TypeError, ValueError):

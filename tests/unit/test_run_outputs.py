@@ -127,6 +127,11 @@ def test_generation_summary_and_threshold():
     assert run_status({"generation": generation_summary(totals, 0.49)}) == GENERATION_FAILED
     assert generation_summary({}, 0.5)["failed_share"] == 0.0  # nothing asked: not failed
     assert run_status({}) == "completed"  # a summary from before this block
+    # queries finished, no agent asked (every selection refused or invalid): ACC 0 would
+    # measure the routing, not the agents
+    nothing = generation_summary({}, 0.5)
+    assert run_status({"num_queries": 20, "generation": nothing}) == "failed:no_answers"
+    assert run_status({"num_queries": 0, "generation": nothing}) == "completed"
 
 
 @pytest.mark.parametrize("share", [-0.1, 1.5])
@@ -260,6 +265,16 @@ def test_launcher_exit_codes_for_success_and_flower_failure(tmp_path, monkeypatc
         "[pfedma] run 5 failed (Flower: finished:failed): RuntimeError: only 0 nodes answered "
         "the handshake; need 2 (exit 1; log: ")
     assert "[ROUND 1]" not in err
+
+
+def test_launcher_exit_1_when_no_agent_was_asked(tmp_path, monkeypatch, capsys):
+    _fake_launch(monkeypatch, tmp_path, {"status": "failed:no_answers", "num_queries": 20,
+                                         "generation": {"answers": 0}}, "finished:completed")
+    assert launch.run(config="tiny", num_clients=2, output_dir=tmp_path / "out",
+                      cpus_per_client=1.0, backend_check=False) == 1
+    err = capsys.readouterr().err
+    assert "its status is 'failed:no_answers': 20 queries finished and no agent was asked " \
+           "one" in err
 
 
 def test_launcher_exit_2_and_cause_for_agents_that_could_not_start(tmp_path, monkeypatch,
