@@ -38,8 +38,8 @@ SKIP = {
 }
 #: command substring -> (exit code, what summary.json must say, or None)
 EXPECT = {
-    "--output-dir outputs/demo --overwrite": (0, {"status": "completed", "accuracy": 0.95}),
-    "outputs/demo-random": (0, {"status": "completed", "accuracy": 0.60}),
+    "--output-dir outputs/demo --overwrite": (0, {"status": "completed", "accuracy": 1.00}),
+    "outputs/demo-random": (0, {"status": "completed", "accuracy": 0.80}),
     "outputs/demo-single": (0, {"status": "completed", "accuracy": 0.85}),
     "--config tiny --num-clients 3": (0, {"status": "completed", "num_queries": 6}),
     # no server at gpu-box: the launcher's own check fails fast naming the endpoint

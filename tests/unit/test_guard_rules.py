@@ -107,8 +107,8 @@ MODES = ("NR", "SR", "LE", "G2L", "L2G", "full")
 
 def _held_after_one_guard_query(mode: str, tmp_path: Path) -> list[tuple[str, set[str], set]]:
     """(profile, held rule ids, by-hand derivable facts) per client of rules_ablation tiny."""
-    (_, run), = [p for p in plan(load_preset("rules_ablation"), "tiny", tmp_path)
-                 if p[0].labels["rules"] == mode]
+    (_, (run,)), = [p for p in plan(load_preset("rules_ablation"), "tiny", tmp_path)
+                    if p[0].labels["rules"] == mode]
     rc = {"config-name": run.config, "output-dir": str(tmp_path), "overrides": run.overrides}
     query = load_benchmark("mind2web_sc")[0]
     snapshot = tuple(r for r in initial_global_rules(["mind2web_sc_safety"]))
