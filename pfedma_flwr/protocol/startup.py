@@ -70,8 +70,10 @@ class StartupFailed(RuntimeError):
                 kinds.add(c.kind)
             else:
                 by_cause.setdefault(one_line(c, 200), []).append(f"node {node}")
-        why = "; ".join(f"{'client' if len(who) == 1 else 'clients'} {', '.join(who)}: {cause}"
-                        for cause, who in by_cause.items())
+        # node ids are random per run; name the clients in a stable order
+        why = "; ".join(
+            f"{'client' if len(who) == 1 else 'clients'} {', '.join(sorted(who))}: {cause}"
+            for cause, who in by_cause.items())
         self.status = "failed:generation" if "generation" in kinds else "failed"
         self.cause = (f"only {started} of {asked} nodes started their agent (need "
                       f"strategy.min_nodes={needed})" + (f": {why}" if why else ""))

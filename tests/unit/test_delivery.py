@@ -219,6 +219,17 @@ def test_startup_failed_groups_clients_by_cause_and_sets_the_status():
         ).status
         == "failed"
     )
+    # node ids are random: a lower id on p1 must not reorder the names
+    swapped = StartupFailed(
+        started=0,
+        asked=2,
+        needed=2,
+        causes={
+            7: StartupCause("p1", "generation", "down"),
+            9: StartupCause("p0", "generation", "down"),
+        },
+    )
+    assert swapped.cause.endswith("clients p0, p1: down")
 
 
 def test_the_launcher_says_the_run_is_still_going_after_25_quiet_seconds(tmp_path):
