@@ -53,6 +53,8 @@ class CandidateState:
     price: float | None = None
     # how it would answer this query: "program" (computes it) | "cot" | "" (unknown)
     reasoning: str = ""
+    # the anomaly filter removed its answer to this query in an earlier round
+    filtered_for_this_query: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,9 @@ class HeuristicOrchestrator:
     with ``n_i`` the asks of client ``i`` for the query's domain and ``n_total`` their sum over
     the candidates. Round 1 takes the top K_max; later rounds STOP when ``z.support ≥
     stop_support`` with at least 2 agreeing retained responses, else take the top K_max among
-    clients not yet asked for this query, filling up with asked ones. Ties go to the smaller
+    clients not yet asked for this query, filling up with asked ones, and with clients whose
+    answer to this query the anomaly filter removed only when no one else is left. Ties go to
+    the smaller
     client id. With ``adaptive_k`` later rounds ask only :func:`votes_needed` clients (at
     most K_max), which saves answers; the stopping rule itself is unchanged.
 
@@ -297,9 +301,12 @@ class HeuristicOrchestrator:
                 return 0 if c.reasoning == "program" else 1
             return 1 if c.reasoning in seen else 0
 
-        def tier(c: CandidateState) -> tuple[bool, bool, int]:
+        # A client whose answer to this query the filter removed comes last: the adversary of
+        # App. J is fixed per query, and re-asking it spent round 2 of robustness --size small
+        # on the same colluder (docs/threat_model.md).
+        def tier(c: CandidateState) -> tuple[bool, bool, bool, int]:
             off = bool(c.domains) and query.domain not in c.domains
-            return off, round > 1 and c.asked_for_this_query, way(c)
+            return c.filtered_for_this_query, off, round > 1 and c.asked_for_this_query, way(c)
 
         scored.sort(key=lambda sc: tier(sc[1]))
         n = k

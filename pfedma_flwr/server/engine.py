@@ -206,20 +206,21 @@ class CollaborationEngine:
         q_embs = self.embedder.encode([q.task.question for q in todo])
         # Candidate lists are O(N) per query, the server's largest cost at N = 1,000
         # (bench/bench_server_scale.py). A candidate differs between queries only by "asked
-        # for this query" and its way of reasoning for the task, so each variant is built once
-        # per planning.
-        variants: dict[tuple[str, bool, str], CandidateState] = {}
+        # for this query", "filtered for this query" and its way of reasoning for the task, so
+        # each variant is built once per planning.
+        variants: dict[tuple[str, bool, str, bool], CandidateState] = {}
 
-        def candidate(c: str, asked: bool, kind: str) -> CandidateState:
+        def candidate(c: str, asked: bool, kind: str, filtered: bool) -> CandidateState:
             way = reasoning_way(self.clients[c].reasoning, kind)
-            got = variants.get((c, asked, way))
+            got = variants.get((c, asked, way, filtered))
             if got is None:
-                got = variants[(c, asked, way)] = CandidateState(
+                got = variants[(c, asked, way, filtered)] = CandidateState(
                     client_id=c, state=self.routing.get(c),
                     profile=self.clients[c].description,
                     price=self._price(c) if s.prices else None,
                     profile_embedding=self._profile_emb[c], asked_for_this_query=asked,
-                    domains=tuple(self.clients[c].domains), reasoning=way)
+                    domains=tuple(self.clients[c].domains), reasoning=way,
+                    filtered_for_this_query=filtered)
             return got
 
         early_stop = getattr(self.orchestrator, "stop_before_routing", None)
@@ -239,7 +240,9 @@ class CollaborationEngine:
                 continue
             domain = knowledge_domain(q.task.domain)
             kind = q.task.answer_kind
-            candidates = [candidate(c, c in q.asked, kind) for c in room]
+            filtered = {h.client_id for h in q.history
+                        if h.response is not None and not h.retained}
+            candidates = [candidate(c, c in q.asked, kind, c in filtered) for c in room]
             spent = hooks.orchestrator_tokens(self.orchestrator)
             sel = self.orchestrator.select(
                 OrchestratorQuery(query_id=q.task.task_id, text=q.task.question, domain=domain,

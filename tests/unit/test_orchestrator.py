@@ -121,6 +121,24 @@ def test_later_rounds_prefer_in_domain_clients_over_unasked_off_domain_ones():
     assert orch(k_max=2).select(Q, None, cands, round=2).clients == ("a", "c")
 
 
+def test_a_client_filtered_on_this_query_comes_after_every_other():
+    import dataclasses
+
+    def dom(c, *domains, filtered=False):
+        return dataclasses.replace(c, domains=domains, filtered_for_this_query=filtered)
+
+    # a and c are math clients asked in round 1; the filter removed c's answer; b is off-domain
+    cands = [dom(cand("a", asked_now=True), "math"), dom(cand("b"), "medicine"),
+             dom(cand("c", asked_now=True), "physics", "math", filtered=True)]
+    # without the flag c (in-domain, again) would precede b (off-domain): a, c, b
+    assert orch(k_max=2).select(Q, None, cands, round=2).clients == ("a", "b")
+    # asked again only when no one else is left
+    assert orch(k_max=3).select(Q, None, cands, round=2).clients == ("a", "b", "c")
+    # both math answers filtered: the off-domain b (lowest score, .125) is asked first
+    cands[0] = dom(cand("a", asked_now=True), "math", filtered=True)
+    assert orch(k_max=1).select(Q, None, cands, round=2).clients == ("b",)
+
+
 def test_mix_reasoning_programs_first_then_a_way_not_yet_heard():
     import dataclasses
 
