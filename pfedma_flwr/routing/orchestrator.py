@@ -152,9 +152,8 @@ class HeuristicOrchestrator:
     stop_support`` with at least 2 agreeing retained responses, else take the top K_max among
     clients not yet asked for this query, filling up with asked ones, and with clients whose
     answer to this query the anomaly filter removed only when no one else is left. Ties go to
-    the smaller
-    client id. With ``adaptive_k`` later rounds ask only :func:`votes_needed` clients (at
-    most K_max), which saves answers; the stopping rule itself is unchanged.
+    the smaller client id. With ``adaptive_k`` later rounds ask only :func:`votes_needed`
+    clients (at most K_max), which saves answers; the stopping rule itself is unchanged.
 
     Parameters
     ----------
