@@ -12,6 +12,7 @@ from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse
 from pfedma_flwr.answers import Options, answers_equal
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.routing.orchestrator import (
+    BaseOrchestrator,
     CandidateState,
     OrchestratorQuery,
     Selection,
@@ -89,7 +90,7 @@ def as_mapping(options: Mapping[str, str]) -> Options:
     return dict(options) or None
 
 
-class BaselineOrchestrator:
+class BaselineOrchestrator(BaseOrchestrator):
     """Common constructor and checks of the baseline orchestrators.
 
     Parameters

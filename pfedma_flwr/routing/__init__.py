@@ -1,5 +1,6 @@
 """Routing: per-client routing state (DESIGN §3.8) and the orchestrator (§3.12)."""
 
+from pfedma_flwr.routing.base import AgentView, BaseOrchestrator, QueryOutcome, as_orchestrator
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator, parse_action
 from pfedma_flwr.routing.orchestrator import (
     ORCHESTRATORS,
@@ -21,6 +22,10 @@ from pfedma_flwr.routing.state import (
 
 __all__ = [
     "ORCHESTRATORS",
+    "AgentView",
+    "BaseOrchestrator",
+    "QueryOutcome",
+    "as_orchestrator",
     "CandidateState",
     "HeuristicOrchestrator",
     "LLMOrchestrator",

@@ -26,6 +26,7 @@ from pfedma_flwr.routing.llm_action import (
     through_first_action,
 )
 from pfedma_flwr.routing.orchestrator import (
+    BaseOrchestrator,
     CandidateState,
     HeuristicOrchestrator,
     Orchestrator,
@@ -69,7 +70,7 @@ class ChatBackend(Protocol):
         ...
 
 
-class LLMOrchestrator:
+class LLMOrchestrator(BaseOrchestrator):
     """Routing by a chat LLM, with the heuristic policy as the per-round fallback.
 
     Parameters

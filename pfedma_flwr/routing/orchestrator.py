@@ -1,10 +1,11 @@
 """Orchestrator ``π``: per query round, select 1..K_max clients or STOP (DESIGN §1 step 2, §3.12).
 
-The :class:`Orchestrator` protocol is what the strategy calls; the paper's trained LLM policy
-(veRL, a later module) implements the same protocol and may return an invalid action, which
+The contract (:class:`~pfedma_flwr.routing.base.BaseOrchestrator`, the query and candidate
+types, :func:`validate_selection`) lives in :mod:`pfedma_flwr.routing.base` and is re-exported
+here. :class:`HeuristicOrchestrator` is the default non-LLM policy of §3.12 and
+:class:`RandomOrchestrator` a seeded baseline; the paper's trained LLM policy is
+:mod:`pfedma_flwr.routing.llm_orchestrator`. A policy may return an invalid action, which
 :func:`validate_selection` turns into a ``ValueError`` the caller records (``R_fmt``).
-:class:`HeuristicOrchestrator` is the default non-LLM policy of §3.12 and
-:class:`RandomOrchestrator` a seeded baseline.
 """
 
 from __future__ import annotations
@@ -13,115 +14,36 @@ import hashlib
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.registry import Registry
-from pfedma_flwr.routing.state import RoutingState
+from pfedma_flwr.routing.base import (
+    AgentView,
+    BaseOrchestrator,
+    CandidateState,
+    Orchestrator,
+    OrchestratorQuery,
+    QueryOutcome,
+    Selection,
+    _check_k,
+    as_orchestrator,
+    round_budget,
+    validate_selection,
+)
 
 if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import here would be circular
     from pfedma_flwr.aggregation.consensus import CollabState
 
+__all__ = [
+    "ORCHESTRATORS", "AgentView", "BaseOrchestrator", "CandidateState", "HeuristicOrchestrator",
+    "Orchestrator", "OrchestratorQuery", "QueryOutcome", "RandomOrchestrator", "Selection",
+    "as_orchestrator", "round_budget", "should_stop", "validate_selection", "votes_needed",
+]
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class OrchestratorQuery:
-    """The privacy-processed query ``q̃`` as the orchestrator sees it."""
-
-    query_id: str
-    text: str
-    domain: str
-    embedding: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class CandidateState:
-    """One candidate client: id, routing state ``M_i`` and whether it was asked for this query."""
-
-    client_id: str
-    state: RoutingState
-    profile: str = ""
-    profile_embedding: np.ndarray | None = None
-    asked_for_this_query: bool = False
-    # public profile domains (ClientDescription.domains); empty = unknown
-    domains: tuple[str, ...] = ()
-    # USD per million tokens of its backbone (routing.prices); None = no prices configured
-    price: float | None = None
-    # how it would answer this query: "program" (computes it) | "cot" | "" (unknown)
-    reasoning: str = ""
-    # the anomaly filter removed its answer to this query in an earlier round
-    filtered_for_this_query: bool = False
-
-
-@dataclass(frozen=True)
-class Selection:
-    """A routing action: STOP, or the ids of 1..K_max distinct clients."""
-
-    clients: tuple[str, ...] = ()
-    stop: bool = False
-    reason: str = ""
-
-    @classmethod
-    def stop_now(cls, reason: str = "") -> Selection:
-        """The STOP action."""
-        return cls(clients=(), stop=True, reason=reason)
-
-
-def validate_selection(selection: Selection, candidates: Sequence[str], k_max: int) -> Selection:
-    """Check a routing action against the candidates; raise ``ValueError`` saying what is wrong.
-
-    STOP must name no client; otherwise 1 ≤ |E^t| ≤ K_max distinct known client ids.
-    """
-    if selection.stop:
-        if selection.clients:
-            raise ValueError(f"STOP must select no client, got {list(selection.clients)}")
-        return selection
-    n = len(selection.clients)
-    if not 1 <= n <= k_max:
-        raise ValueError(f"selection must name 1..{k_max} clients, got {n}")
-    if len(set(selection.clients)) != n:
-        raise ValueError(f"selection repeats a client: {list(selection.clients)}")
-    unknown = sorted(set(selection.clients) - set(candidates))
-    if unknown:
-        raise ValueError(f"selection names unknown client(s) {unknown}")
-    return selection
-
-
-@runtime_checkable
-class Orchestrator(Protocol):
-    """Routing policy ``π(q̃, z^{t-1}, {M_i}) → E^t | STOP``."""
-
-    def select(
-        self,
-        query: OrchestratorQuery,
-        z: CollabState | None,
-        candidates: Sequence[CandidateState],
-        *,
-        round: int,
-        k_max: int | None = None,
-    ) -> Selection:
-        """Choose the clients of round ``round`` (1-based) or STOP."""
-        ...
-
-
-def _check_k(k: int | None, name: str) -> int | None:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
-    return k
-
-
-def round_budget(k_max: int | None, default: int, round: int) -> int:
-    """The checks every ``select`` starts with: the round's K (``k_max`` or ``default``).
-
-    Raises ``ValueError`` for a ``k_max`` that is not an integer >= 1 or a round below 1.
-    """
-    if round < 1:
-        raise ValueError(f"round must be >= 1, got {round}")
-    return _check_k(k_max, "k_max") or default
 
 
 MIN_AGREEING = 2  # the stopping rule's "at least 2 agreeing retained responses"
@@ -143,7 +65,7 @@ def votes_needed(z: CollabState | None, k_max: int) -> int:
     return min(k_max, max(1, MIN_AGREEING - agreeing))
 
 
-class HeuristicOrchestrator:
+class HeuristicOrchestrator(BaseOrchestrator):
     """Default non-LLM orchestrator (DESIGN §3.12).
 
     ``score_i = (C_{i,d} + cos(e(q), e(profile_i)))/2 · S_i + c·sqrt(ln(1 + n_total)/(1 + n_i))``
@@ -324,7 +246,7 @@ class HeuristicOrchestrator:
         )
 
 
-class RandomOrchestrator:
+class RandomOrchestrator(BaseOrchestrator):
     """Seeded baseline: uniformly random K_max clients, with the §3.12 stopping rule.
 
     The random stream is derived from ``(seed, query_id, round)``, so a selection does not
@@ -386,6 +308,6 @@ class RandomOrchestrator:
                     self.k_max, self.seed, self.stop_support)
 
 
-ORCHESTRATORS: Registry[Callable[..., Orchestrator]] = Registry("orchestrator")
+ORCHESTRATORS: Registry[Callable[..., BaseOrchestrator | Orchestrator]] = Registry("orchestrator")
 ORCHESTRATORS.add("heuristic", HeuristicOrchestrator)
 ORCHESTRATORS.add("random", RandomOrchestrator)

@@ -26,13 +26,15 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import ClientReply, RespondInstruction, RoutedQuery
 from pfedma_flwr.protocol.validation import DEFAULT_LIMITS
 from pfedma_flwr.protocol.wire import ClientDescription, reasoning_way
-from pfedma_flwr.routing.lone import lone_qualities
-from pfedma_flwr.routing.orchestrator import (
+from pfedma_flwr.routing.base import (
+    BaseOrchestrator,
     CandidateState,
     Orchestrator,
     OrchestratorQuery,
+    as_orchestrator,
     validate_selection,
 )
+from pfedma_flwr.routing.lone import lone_qualities
 from pfedma_flwr.routing.state import RoutingTable, quality_signal
 from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
@@ -86,7 +88,8 @@ class CollaborationEngine:
         if len({t.task_id for t in tasks}) != len(tasks):
             raise ValueError("task ids must be unique")
         self.settings = settings
-        self.orchestrator, self.judge, self.embedder = orchestrator, judge, embedder
+        self.orchestrator: BaseOrchestrator = as_orchestrator(orchestrator)
+        self.judge, self.embedder = judge, embedder
         self.rules, self.routing, self.recognizer = rules, routing, recognizer
         self.on_query_end, self.aggregate = on_query_end, aggregator or aggregate
         self.refine: Refiner = refiner or REFINERS.get(settings.refine_style)
@@ -133,7 +136,7 @@ class CollaborationEngine:
         s = self.settings
         return {
             "tasks": self._n_tasks, "T_max": s.t_max, "K_max": s.k_max,
-            "batch": s.batch_size, "orchestrator": type(self.orchestrator).__name__,
+            "batch": s.batch_size, "orchestrator": self.orchestrator.name,
             "judge": type(self.judge).__name__, "anomaly": (s.lambda_pool, s.alpha_con,
                                                             s.tolerance, s.consensus,
                                                             s.ablation),
@@ -223,13 +226,13 @@ class CollaborationEngine:
                     filtered_for_this_query=filtered)
             return got
 
-        early_stop = getattr(self.orchestrator, "stop_before_routing", None)
+        early_stop = self.orchestrator.stop_before_routing
         full: set[str] = set()  # clients already holding protocol.max_items queries
         for k, q in enumerate(todo):
             if q.t >= s.t_max:
                 self._finish(q, "t_max")
                 continue
-            if early_stop is not None and early_stop(q.z, round=q.t + 1) is not None:
+            if early_stop(q.z, round=q.t + 1) is not None:
                 self._finish(q, "orchestrator_stop")
                 continue
             # A client holds at most one message's worth of queries per round (the protocol's
@@ -519,7 +522,7 @@ class CollaborationEngine:
             "rules": {"global_total": len(rules), "global_active": sum(r.active for r in rules)},
             "routing": self.routing.to_dict(),
             # e.g. the LLM orchestrator's format-failure rate, KABB's posterior
-            "orchestrator": {"name": type(self.orchestrator).__name__,
+            "orchestrator": {"name": self.orchestrator.name,
                              "state": hooks.orchestrator_state(self.orchestrator)},
             "totals": {k: v for k, v in self.totals.items() if k != "failed_by_client"},
             "generation": generation_summary(self.totals, self.settings.max_failed_share),
