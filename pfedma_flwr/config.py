@@ -95,6 +95,11 @@ class StrategyConfig:
     # client identity: auto (the node's public key in deployment, partition in simulation) |
     # node (public key only) | declared (the handshake's key; trusted simulations only)
     identity: str = "auto"
+    # how a query's retained answers become z: "" (the strategy's own: pfedma's weighted
+    # consensus, each baseline's vote) | consensus | vote_all | vote_latest | module:attr
+    # (server/components.py AGGREGATORS); aggregator_options: keywords bound to it
+    aggregator: str = ""
+    aggregator_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,6 +108,8 @@ class AnomalyConfig:
 
     # embedding | llm (or module:Class)
     judge: str = "embedding"
+    # keywords passed to the judge's factory beside the built-in ones (plug-in options)
+    judge_options: dict[str, Any] = field(default_factory=dict)
     lambda_pool: float = 0.3
     alpha_con: float = 0.3
     tolerance: float = 0.5
@@ -120,6 +127,8 @@ class RoutingConfig:
 
     # heuristic | random | llm (or module:Class)
     orchestrator: str = "heuristic"
+    # keywords passed to the orchestrator's factory beside (and over) the built-in ones
+    orchestrator_options: dict[str, Any] = field(default_factory=dict)
     eta: float = 0.2
     stop_support: float = 0.7
     exploration_c: float = 0.1

@@ -38,6 +38,7 @@ TYPED=(
   pfedma_flwr/experiments/agent_benchmarks.py
   pfedma_flwr/experiments/stats.py pfedma_flwr/experiments/compare.py
   pfedma_flwr/experiments/select.py pfedma_flwr/agents/options.py pfedma_flwr/routing/lone.py
+  pfedma_flwr/routing/base.py pfedma_flwr/baselines/hooks.py pfedma_flwr/server/components.py
   pfedma_flwr/judging/model.py pfedma_flwr/judging/privacylens.py
   pfedma_flwr/judging/privacylens_prompts.py pfedma_flwr/judging/alpacaeval.py
   pfedma_flwr/judging/alpacaeval_prompts.py pfedma_flwr/judging/factory.py

@@ -16,7 +16,9 @@ Here every such problem is found in the launcher's own process before anything s
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,18 +81,23 @@ def name_problems(cfg: PFedMAConfig, *, plugins_ok: bool = False) -> list[Proble
     from pfedma_flwr.data.profiles import PROFILES
     from pfedma_flwr.routing import ORCHESTRATORS
     from pfedma_flwr.rules.policy import policy_names
+    from pfedma_flwr.server.components import AGGREGATORS
     from strategies.registry import STRATEGIES
 
     checks = [(STRATEGIES, "strategy.name", cfg.strategy.name, False),
               (ORCHESTRATORS, "routing.orchestrator", cfg.routing.orchestrator, False),
               (JUDGES, "anomaly.judge", cfg.anomaly.judge, False),
               (REFINERS, "routing.refine_style", cfg.routing.refine_style, False)]
+    if cfg.strategy.aggregator:
+        checks.append((AGGREGATORS, "strategy.aggregator", cfg.strategy.aggregator, False))
     checks += [(BACKENDS, f"{k}.name", b.name, k.startswith("agent."))
                for k, b in backend_sections(cfg).items()]
     checks += [(BENCHMARKS, "data.benchmarks", b, True) for b in cfg.data.benchmarks]
     checks += [(PROFILES, "agent.profiles", p, True) for p in cfg.agent.profiles]
     out = [Problem("config", msg) for reg, key, name, client in checks
            if (msg := _lookup(reg, key, name, client, plugins_ok))]
+    if not out:
+        out += option_problems(cfg)
     unknown = [p for p in cfg.rules.global_policy if p not in policy_names()]
     if unknown:
         out.append(Problem("config", f"rules.global_policy: unknown {unknown}; known: "
@@ -98,6 +105,44 @@ def name_problems(cfg: PFedMAConfig, *, plugins_ok: bool = False) -> list[Proble
     if cfg.embedding.name not in ("minilm", "hashing"):
         out.append(Problem("config", f"embedding.name must be minilm|hashing, got "
                                      f"{cfg.embedding.name!r}"))
+    return out
+
+
+def _unaccepted(factory: object, options: Mapping[str, Any]) -> list[str]:
+    """Option keys ``factory`` has no parameter for (none when it takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(factory).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no signature to read: the factory itself will tell
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    return sorted(k for k in options if k not in params)
+
+
+def option_problems(cfg: PFedMAConfig) -> list[Problem]:
+    """Plug-in options that no keyword of their factory takes (``*_options`` keys)."""
+    from pfedma_flwr.anomaly.judges import JUDGES
+    from pfedma_flwr.routing import ORCHESTRATORS
+    from pfedma_flwr.server.components import AGGREGATOR_CALL_KEYS, AGGREGATORS
+
+    s, r, a = cfg.strategy, cfg.routing, cfg.anomaly
+    checks: list[tuple[str, Any, Mapping[str, Any]]] = [
+        ("routing.orchestrator", ORCHESTRATORS.get(r.orchestrator), r.orchestrator_options),
+        ("anomaly.judge", JUDGES.get(a.judge), a.judge_options)]
+    out: list[Problem] = []
+    if s.aggregator:
+        checks.append(("strategy.aggregator", AGGREGATORS.get(s.aggregator), s.aggregator_options))
+        if clash := sorted(set(s.aggregator_options) & AGGREGATOR_CALL_KEYS):
+            out.append(Problem("config", f"strategy.aggregator_options {clash} are the "
+                                         "engine's own call keywords"))
+    elif s.aggregator_options:
+        out.append(Problem("config", "strategy.aggregator_options is set but "
+                                     "strategy.aggregator is empty"))
+    for key, factory, options in checks:
+        if bad := _unaccepted(factory, options):
+            out.append(Problem("config", f"{key}_options {bad}: {key} "
+                                         f"{getattr(factory, '__name__', factory)!s} takes no "
+                                         "such keyword"))
     return out
 
 

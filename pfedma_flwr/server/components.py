@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,11 +10,14 @@ from typing import Any
 from pfedma_flwr.agents.backends import Backend
 from pfedma_flwr.agents.backends.cache import default_cache_root, with_generation_cache
 from pfedma_flwr.agents.backends.configured import make_configured_backend
+from pfedma_flwr.aggregation.consensus import CollabState, aggregate
 from pfedma_flwr.anomaly.judges import JUDGES, Judge
-from pfedma_flwr.config import BackendConfig, PFedMAConfig
+from pfedma_flwr.baselines.voting import vote_all, vote_latest
+from pfedma_flwr.config import BackendConfig, ConfigError, PFedMAConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.embeddings import Embedder, get_embedder
-from pfedma_flwr.routing.orchestrator import ORCHESTRATORS, Orchestrator
+from pfedma_flwr.registry import Registry
+from pfedma_flwr.routing.orchestrator import ORCHESTRATORS, BaseOrchestrator, Orchestrator
 from pfedma_flwr.routing.state import RoutingTable
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
@@ -32,41 +36,98 @@ def server_backend(cfg: PFedMAConfig, section: BackendConfig) -> Backend:
                                  directory=root / "server")
 
 
+#: How a query's retained answers become ``z`` (``strategy.aggregator``): functions called as
+#: ``f(history, *, kind, domain, routing, round, use_capability, use_reliability, options)``.
+AGGREGATORS: Registry[Callable[..., CollabState]] = Registry("aggregator")
+AGGREGATORS.add("consensus", aggregate)
+AGGREGATORS.add("vote_all", vote_all)
+AGGREGATORS.add("vote_latest", vote_latest)
+#: The keywords the engine passes to every aggregator call: an option may not shadow them.
+AGGREGATOR_CALL_KEYS = frozenset({"kind", "domain", "routing", "round", "use_capability",
+                                  "use_reliability", "options"})
+
+
+def construct(factory: Callable[..., Any], key: str, kwargs: Mapping[str, Any],
+              options: Mapping[str, Any]) -> Any:
+    """``factory(**kwargs, **options)``; options win, an unknown keyword names ``key``.
+
+    Raises
+    ------
+    ConfigError
+        When an option is not a keyword of ``factory`` (``<key>_options`` is named).
+    """
+    bad = [k for k in options if not isinstance(k, str) or not k.isidentifier()]
+    if bad:
+        raise ConfigError(f"{key}_options: keys must be identifiers, got {bad}")
+    try:
+        return factory(**{**kwargs, **options})
+    except TypeError as e:
+        if options and "keyword argument" in str(e):
+            raise ConfigError(f"{key}_options {sorted(options)} do not fit {key}: {e}") from e
+        raise
+
+
 def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:
-    """The frozen judge of the anomaly evaluator (``anomaly.judge``)."""
-    factory = JUDGES.get(cfg.anomaly.judge)
-    if cfg.anomaly.judge == "llm":
+    """The frozen judge of the anomaly evaluator (``anomaly.judge`` + ``judge_options``)."""
+    a = cfg.anomaly
+    factory = JUDGES.get(a.judge)
+    if a.judge == "llm":
         # the same frozen-judge subsystem as the benchmarks' judges (cached per judge, prompt)
         from pfedma_flwr.judging.factory import make_judge_model
 
-        jb = cfg.anomaly.judge_backend
-        return factory(model=make_judge_model(  # type: ignore[no-any-return]
-            jb, cache_dir=cfg.evaluation.cache_dir), max_tokens=jb.max_tokens)
-    return factory(embedder=embedder)  # type: ignore[no-any-return]
+        jb = a.judge_backend
+        kwargs: dict[str, Any] = {
+            "model": make_judge_model(jb, cache_dir=cfg.evaluation.cache_dir),
+            "max_tokens": jb.max_tokens}
+    else:
+        kwargs = {"embedder": embedder}
+    return construct(factory, "anomaly.judge", kwargs, a.judge_options)  # type: ignore[no-any-return]
 
 
-def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> Orchestrator:
-    """The routing policy (``routing.orchestrator``)."""
+def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> BaseOrchestrator | Orchestrator:
+    """The routing policy (``routing.orchestrator`` + ``routing.orchestrator_options``).
+
+    Every orchestrator gets ``k_max``, ``stop_support``, ``embedder`` and the routing keys its
+    class declares; ``orchestrator_options`` are passed beside them and win over them.
+    """
     r = cfg.routing
     factory = ORCHESTRATORS.get(r.orchestrator)
+    kwargs: dict[str, Any] = {"k_max": cfg.strategy.k_max, "stop_support": r.stop_support,
+                              "embedder": embedder}
     if r.orchestrator == "random":
-        return factory(k_max=cfg.strategy.k_max, seed=cfg.seed, stop_support=r.stop_support,
-                       embedder=embedder)
-    if r.orchestrator == "llm":
-        lb = r.llm_backend
-        extra_llm = {"backend": server_backend(cfg, lb), "max_tokens": lb.max_tokens,
-                     "temperature": lb.temperature}
-        return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
-                       exploration_c=r.exploration_c, use_capability=r.use_capability,
-                       use_reliability=r.use_reliability, embedder=embedder,
-                       adaptive_k=r.adaptive_k, mix_reasoning=r.mix_reasoning, **extra_llm)
-    # Only passed when on, so plug-in orchestrators without the options keep working.
-    extra: dict[str, Any] = {k: True for k in ("adaptive_k", "mix_reasoning") if getattr(r, k)}
-    if r.cost_weight:
-        extra["cost_weight"] = r.cost_weight
-    return factory(k_max=cfg.strategy.k_max, stop_support=r.stop_support,
-                   exploration_c=r.exploration_c, use_capability=r.use_capability,
-                   use_reliability=r.use_reliability, embedder=embedder, **extra)
+        kwargs["seed"] = cfg.seed
+    else:
+        kwargs.update(exploration_c=r.exploration_c, use_capability=r.use_capability,
+                      use_reliability=r.use_reliability)
+        if r.orchestrator == "llm":
+            lb = r.llm_backend
+            kwargs.update(backend=server_backend(cfg, lb), max_tokens=lb.max_tokens,
+                          temperature=lb.temperature, adaptive_k=r.adaptive_k,
+                          mix_reasoning=r.mix_reasoning)
+        else:
+            # Only passed when on, so plug-in orchestrators without the options keep working.
+            kwargs.update({k: True for k in ("adaptive_k", "mix_reasoning") if getattr(r, k)})
+            if r.cost_weight:
+                kwargs["cost_weight"] = r.cost_weight
+    return construct(factory, "routing.orchestrator", kwargs,  # type: ignore[no-any-return]
+                     r.orchestrator_options)
+
+
+def build_aggregator(cfg: PFedMAConfig) -> Callable[..., CollabState] | None:
+    """``strategy.aggregator`` with its options bound; ``None`` keeps the strategy's own."""
+    s = cfg.strategy
+    if not s.aggregator:
+        if s.aggregator_options:
+            raise ConfigError("strategy.aggregator_options is set but strategy.aggregator is "
+                              "empty (the strategy's own aggregator takes no options)")
+        return None
+    fn = AGGREGATORS.get(s.aggregator)
+    if not callable(fn):
+        raise ConfigError(f"strategy.aggregator {s.aggregator!r} is not callable")
+    if clash := sorted(set(s.aggregator_options) & AGGREGATOR_CALL_KEYS):
+        raise ConfigError(f"strategy.aggregator_options {clash} would be overwritten by the "
+                          f"engine's own call keywords {sorted(AGGREGATOR_CALL_KEYS)}")
+    return functools.partial(fn, **s.aggregator_options) if s.aggregator_options else fn
 
 
 def build_global_rules(cfg: PFedMAConfig, embedder: Embedder,
@@ -121,6 +182,9 @@ def build_engine(
         parts.update(extra)
     if "orchestrator" not in parts:  # built only when used (the llm one loads a model)
         parts["orchestrator"] = build_orchestrator(cfg, embedder)
+    # the config's aggregator, when named, wins over the strategy's own (a user's explicit key)
+    if (agg := build_aggregator(cfg)) is not None:
+        parts["aggregator"] = agg
     return CollaborationEngine(
         tasks=tasks, judge=build_judge(cfg, embedder),
         rules=build_global_rules(cfg, embedder, parts["settings"].rule_mode),
