@@ -7,11 +7,10 @@ only turns engine plans into ``query.respond`` messages and replies back into da
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from logging import ERROR, INFO, WARNING
+from logging import INFO, WARNING
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -33,6 +32,7 @@ from pfedma_flwr.protocol.startup import StartupCause, StartupFailed
 from pfedma_flwr.protocol.validation import excerpt
 from pfedma_flwr.server.components import build_engine
 from pfedma_flwr.server.engine import CollaborationEngine
+from pfedma_flwr.server.transaction import absorb_isolated
 from strategies.delivery import Delivery, send_and_track
 from strategies.handshake import handshake, wait_for_nodes
 
@@ -213,103 +213,10 @@ class PFedMA(Strategy):
         for client_id in self._sent:
             if client_id not in parsed and client_id not in failures:
                 failures[client_id] = "timeout: no reply within the round"
-        record = self._absorb(server_round, parsed, failures)
+        # a client whose content makes the engine raise is rolled back and recorded as failed
+        record = absorb_isolated(self.engine, server_round, parsed, failures)
         metrics = MetricRecord({k: float(v) for k, v in record["metrics"].items()})
         return None, metrics
-
-    # ------------------------------------------------------------------ engine guard
-
-    def _snapshot(self) -> dict[str, Any]:
-        """A copy of the engine's state; plug-ins, callbacks and read-only data are shared."""
-        e = vars(self.engine)
-        shared = [self.engine.orchestrator, self.engine.judge, self.engine.embedder,
-                  self.engine.recognizer, self.engine.on_query_end, self.engine.finished,
-                  *(e[k] for k in ("settings", "_tasks", "_task_ids", "clients", "_profile_emb")
-                    if k in e)]
-        shared = [o for o in shared if o is not None]
-        state = copy.deepcopy(e, {id(o): o for o in shared})
-        return {"state": state, "shared": shared, "n_finished": len(self.engine.finished)}
-
-    def _restore(self, snap: dict[str, Any]) -> None:
-        # a fresh copy each time: the engine mutates whatever it is given
-        fresh = copy.deepcopy(snap["state"], {id(o): o for o in snap["shared"]})
-        vars(self.engine).update(fresh)
-        del self.engine.finished[snap["n_finished"]:]
-
-    def _absorb(self, server_round: int, parsed: dict[str, ClientReply],
-                failures: dict[str, str]) -> dict[str, Any]:
-        """``engine.absorb_round``; a client whose content makes it raise becomes a failure.
-
-        The engine state is copied first and queries it finishes are held back until the
-        round is absorbed, so a failed attempt leaves no trace; each replying client is then
-        tried alone on a copy, the ones that raise are recorded as ``engine_error`` failures,
-        and the round is absorbed without them. An error no single client provokes is a bug
-        and propagates (the last checkpoint stays intact).
-        """
-        try:
-            snap = self._snapshot()
-        except Exception as e:  # noqa: BLE001 - a plug-in that cannot be copied: no guard
-            log(WARNING, "engine state cannot be copied (%s): absorbing unguarded", e)
-            return self.engine.absorb_round(server_round, parsed, failures)
-        sink, held = self.engine.on_query_end, list[dict[str, Any]]()
-        self.engine.on_query_end = held.append
-        try:
-            try:
-                record = self.engine.absorb_round(server_round, parsed, failures)
-            except Exception as first:  # noqa: BLE001 - isolated below, re-raised if a bug
-                self._restore(snap)
-                self.engine.on_query_end, held[:] = held.append, []
-                culprits = self._culprits(server_round, parsed, snap)
-                if not culprits:
-                    raise first
-                if len(culprits) == len(parsed) > 1:
-                    # every reply provokes it: hostile round or an engine bug; say so loudly
-                    log(ERROR, "Round %s: the engine raised on every reply (%s); all recorded "
-                        "as failures. If the replies look honest this is a bug.", server_round,
-                        first)
-                for cid, err in culprits.items():
-                    log(WARNING, "Round %s: the engine raised %s on %s's reply: recorded as a "
-                        "failure", server_round, err, cid)
-                    failures[cid] = f"engine_error: {err} while absorbing this client's reply"
-                    del parsed[cid]
-                self._restore(snap)
-                self.engine.on_query_end = held.append
-                record = self.engine.absorb_round(server_round, parsed, failures)
-        finally:
-            self.engine.on_query_end = sink
-        if sink is not None:
-            for rec in held:
-                sink(rec)
-        return record
-
-    def _culprits(self, server_round: int, parsed: dict[str, ClientReply],
-                  snap: dict[str, Any]) -> dict[str, str]:
-        """Clients whose reply makes ``absorb_round`` raise, each tried on a fresh copy.
-
-        First each reply alone; if none raises alone (the fault needs two replies together),
-        the first client whose removal lets the rest through.
-        """
-
-        def fails(subset: dict[str, ClientReply]) -> str | None:
-            self._restore(snap)
-            self.engine.on_query_end = None
-            try:
-                self.engine.absorb_round(server_round, subset, {})
-            except Exception as e:  # noqa: BLE001 - the point is to find who provokes one
-                return type(e).__name__
-            return None
-
-        out: dict[str, str] = {}
-        for cid in sorted(parsed):
-            if (err := fails({cid: parsed[cid]})) is not None:
-                out[cid] = err
-        first = None if out else fails(parsed)
-        if first is None:
-            return out
-        for cid in sorted(parsed):
-            if fails({c: r for c, r in parsed.items() if c != cid}) is None:
-                return {cid: first}
-        return out
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -72,12 +72,20 @@ class CollaborationEngine:
     on_query_end : Callable[[dict], None] | None
         Receives each finished query's record (the results writer appends it at once).
     aggregator : Callable[..., CollabState] | None
-        Builds ``z``, called like :func:`aggregate` (default). Orchestrator hooks: baselines.hooks.
+        Builds ``z``, called like :func:`aggregate` (default).
+
+    ``orchestrator`` is held under the full contract (:func:`as_orchestrator`): a
+    ``select``-only plug-in is wrapped, ``self.orchestrator.name`` names the policy itself.
     """
 
+    #: Attributes a state copy keeps by reference (plug-ins, callbacks, read-only data, the
+    #: finished list that a rollback truncates): :mod:`pfedma_flwr.server.transaction`.
+    SHARED = ("orchestrator", "judge", "embedder", "recognizer", "on_query_end", "finished",
+              "settings", "_tasks", "_task_ids", "clients", "_profile_emb")
+
     def __init__(
-        self, *, tasks: Sequence[Task], orchestrator: Orchestrator, judge: Judge,
-        embedder: Embedder, rules: GlobalRuleRepository, routing: RoutingTable,
+        self, *, tasks: Sequence[Task], orchestrator: BaseOrchestrator | Orchestrator,
+        judge: Judge, embedder: Embedder, rules: GlobalRuleRepository, routing: RoutingTable,
         recognizer: PiiRecognizer | None, settings: EngineSettings,
         on_query_end: Callable[[dict[str, Any]], None] | None = None,
         aggregator: Callable[..., CollabState] | None = None,
