@@ -36,11 +36,6 @@ def plugin_imports(allowed: bool) -> Iterator[None]:
         _IMPORTS_ALLOWED.reset(token)
 
 
-def plugin_imports_allowed() -> bool:
-    """Whether ``module:attr`` plug-ins may be imported in the current context."""
-    return _IMPORTS_ALLOWED.get()
-
-
 class Registry(Generic[T]):
     """Name → factory map with duplicate protection and helpful misses.
 

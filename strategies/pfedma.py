@@ -125,7 +125,7 @@ class PFedMA(Strategy):
 
     @classmethod
     def engine_parts(cls, cfg: PFedMAConfig, parts: dict[str, Any]) -> dict[str, Any]:
-        """Engine components this strategy builds itself (``server_components.build_engine``).
+        """Engine components this strategy builds itself (``server.components.build_engine``).
 
         PFedMA uses the configured ones (``{}``); a baseline returns its own ``orchestrator``,
         ``aggregator`` and ``settings`` built from ``parts`` (embedder, recognizer, settings).

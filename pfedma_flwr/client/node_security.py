@@ -54,6 +54,7 @@ from pfedma_flwr.config import (
     parse_bool,
     reject_interpolation,
 )
+from pfedma_flwr.rules.modes import RuleMode
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,8 @@ logger = logging.getLogger(__name__)
 #: rule evolution (local, global-to-local, local-to-global) and are not ordered among
 #: themselves; full runs all of them. A requested mode ranked below the node's minimum is
 #: raised to the minimum; modes of equal rank are all allowed.
-RULE_MODE_RANK: dict[str, int] = {"NR": 0, "SR": 1, "LE": 2, "G2L": 2, "L2G": 2, "full": 3}
+#: Derived from :class:`~pfedma_flwr.rules.modes.RuleMode` (its ``rank``), the one definition.
+RULE_MODE_RANK: dict[str, int] = {m.config_name: m.rank for m in RuleMode}
 
 SIMULATION_KEYS = frozenset({"partition-id", "num-partitions"})
 #: node-config keys of this module (the others: partition-id, num-partitions, profile,

@@ -12,16 +12,11 @@ from typing import Any
 from pfedma_flwr.rules.local_repo import LocalRuleRepository, RuleMode
 
 STATE_VERSION = 1
-_MODES = {"full": RuleMode.FULL, "NR": RuleMode.NR, "SR": RuleMode.SR, "LE": RuleMode.LE,
-          "G2L": RuleMode.G2L, "L2G": RuleMode.L2G}
 
 
 def parse_rule_mode(name: str) -> RuleMode:
-    """Map a config ``rules.mode`` name to :class:`RuleMode`."""
-    try:
-        return _MODES[name]
-    except KeyError:
-        raise ValueError(f"unknown rules.mode {name!r}; available: {sorted(_MODES)}") from None
+    """Map a config ``rules.mode`` name to :class:`RuleMode` (:meth:`RuleMode.parse`)."""
+    return RuleMode.parse(name)
 
 
 @dataclass

@@ -36,7 +36,7 @@ _NESTED_RE = re.compile(r"([a-z][a-z0-9_]*):\s+([a-z][a-z0-9_]*):")
 class EngineSettings:
     """Knobs of the engine; each maps to a config key, and defaults to that key's default.
 
-    ``server_components.build_engine`` fills every field from the config;
+    ``server.components.build_engine`` fills every field from the config;
     ``tests/unit/test_config_defaults.py`` checks the defaults agree with ``conf/pfedma.yaml``.
     """
 

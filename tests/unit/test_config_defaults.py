@@ -75,7 +75,7 @@ def test_generic_backend_sections_keep_their_own_defaults():
     assert cfg.routing.llm_backend.max_tokens == 256
 
 
-# EngineSettings field → the config key server_components.build_engine fills it from.
+# EngineSettings field → the config key server.components.build_engine fills it from.
 ENGINE_KEYS = {
     "t_max": "strategy.t_max", "k_max": "strategy.k_max", "batch_size": "strategy.batch_size",
     "min_replies": "strategy.min_replies", "max_failed_share": "strategy.max_failed_share",
