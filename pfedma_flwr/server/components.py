@@ -160,18 +160,8 @@ def build_engine(
 ) -> CollaborationEngine:
     """Everything the server needs for a run, from the config (and a strategy's ``customize``)."""
     embedder = get_embedder(cfg.embedding.name, cfg.embedding.model_path)
-    s, a, r, ru = cfg.strategy, cfg.anomaly, cfg.routing, cfg.rules
-    settings = EngineSettings(
-        t_max=s.t_max, k_max=s.k_max, batch_size=s.batch_size, min_replies=s.min_replies,
-        max_failed_share=s.max_failed_share,
-        lambda_pool=a.lambda_pool, alpha_con=a.alpha_con, tolerance=a.tolerance,
-        consensus=a.consensus, ablation=a.ablation, use_capability=r.use_capability,
-        use_reliability=r.use_reliability, refine_query=r.refine_query,
-        refine_style=r.refine_style, rule_mode=ru.mode,
-        sim_threshold=ru.sim_threshold, seed=cfg.seed, prices=dict(r.prices),
-        max_queries_per_client=cfg.protocol.max_items, lone_answers=r.lone_answers,
-        max_answer_tokens=cfg.protocol.max_answer_tokens,
-    )
+    r, ru = cfg.routing, cfg.rules
+    settings = EngineSettings.from_config(cfg)
     parts: dict[str, Any] = {"embedder": embedder, "recognizer": get_recognizer(ru.pii),
                              "settings": settings}
     if customize is not None:

@@ -32,40 +32,77 @@ _CODE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,48}")
 _NESTED_RE = re.compile(r"([a-z][a-z0-9_]*):\s+([a-z][a-z0-9_]*):")
 
 
+#: EngineSettings field -> the config key it is a view of: the one place the mapping lives
+#: (:meth:`EngineSettings.from_config` reads it, the field defaults are the keys' defaults).
+ENGINE_KEYS: dict[str, str] = {
+    "t_max": "strategy.t_max", "k_max": "strategy.k_max", "batch_size": "strategy.batch_size",
+    "min_replies": "strategy.min_replies", "max_failed_share": "strategy.max_failed_share",
+    "lambda_pool": "anomaly.lambda_pool", "alpha_con": "anomaly.alpha_con",
+    "tolerance": "anomaly.tolerance", "consensus": "anomaly.consensus",
+    "ablation": "anomaly.ablation", "use_capability": "routing.use_capability",
+    "use_reliability": "routing.use_reliability", "refine_query": "routing.refine_query",
+    "refine_style": "routing.refine_style", "prices": "routing.prices",
+    "lone_answers": "routing.lone_answers", "rule_mode": "rules.mode",
+    "sim_threshold": "rules.sim_threshold", "seed": "seed",
+    "max_queries_per_client": "protocol.max_items",
+    "max_answer_tokens": "protocol.max_answer_tokens",
+}
+
+
+def _at(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _default(field_name: str) -> Any:
+    """The config default of ``field_name``'s key (the config dataclasses are the source)."""
+    from pfedma_flwr.config import PFedMAConfig
+
+    return _at(PFedMAConfig(), ENGINE_KEYS[field_name])
+
+
 @dataclass(frozen=True)
 class EngineSettings:
-    """Knobs of the engine; each maps to a config key, and defaults to that key's default.
+    """Knobs of the engine: a view of config keys (:data:`ENGINE_KEYS`), not a copy of them.
 
-    ``server.components.build_engine`` fills every field from the config;
-    ``tests/unit/test_config_defaults.py`` checks the defaults agree with ``conf/pfedma.yaml``.
+    Every default is its key's default in :mod:`pfedma_flwr.config` (read, not restated), and
+    ``server.components.build_engine`` builds the run's settings with :meth:`from_config`.
     """
 
-    t_max: int = 2
-    k_max: int = 2
-    batch_size: int = 20
-    min_replies: int = 1
-    lambda_pool: float = 0.3
-    alpha_con: float = 0.3
-    tolerance: float = 0.5
-    consensus: str = "coherent"
-    ablation: str = "none"
-    use_capability: bool = True
-    use_reliability: bool = True
-    refine_query: bool = True
-    refine_style: str = "independent"
-    rule_mode: str = "full"
-    sim_threshold: float = 0.9
-    seed: int = 0
-    max_failed_share: float = 0.5
+    t_max: int = _default("t_max")
+    k_max: int = _default("k_max")
+    batch_size: int = _default("batch_size")
+    min_replies: int = _default("min_replies")
+    lambda_pool: float = _default("lambda_pool")
+    alpha_con: float = _default("alpha_con")
+    tolerance: float = _default("tolerance")
+    consensus: str = _default("consensus")
+    ablation: str = _default("ablation")
+    use_capability: bool = _default("use_capability")
+    use_reliability: bool = _default("use_reliability")
+    refine_query: bool = _default("refine_query")
+    refine_style: str = _default("refine_style")
+    rule_mode: str = _default("rule_mode")
+    sim_threshold: float = _default("sim_threshold")
+    seed: int = _default("seed")
+    max_failed_share: float = _default("max_failed_share")
     # USD per million tokens by backbone ("default": the configured agent backend)
     prices: Mapping[str, float] = field(default_factory=dict)
     # queries one client gets per Flower round: the protocol's per-message cap
     # (protocol.max_items), which a client enforces on the instruction it decodes
-    max_queries_per_client: int = 256
+    max_queries_per_client: int = _default("max_queries_per_client")
     # what C learns from an answer with nothing to compare it with (routing/lone.py)
-    lone_answers: str = "prior"
+    lone_answers: str = _default("lone_answers")
     # the protocol's cap on a client-reported token count (summary "cost_basis")
-    max_answer_tokens: int = 65_536
+    max_answer_tokens: int = _default("max_answer_tokens")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> EngineSettings:
+        """The settings of a :class:`~pfedma_flwr.config.PFedMAConfig` (every mapped key)."""
+        values = {name: _at(cfg, key) for name, key in ENGINE_KEYS.items()}
+        values["prices"] = dict(values["prices"])
+        return cls(**values)
 
     def __post_init__(self) -> None:
         if self.max_queries_per_client < 1:

@@ -13,7 +13,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from pfedma_flwr.config import CONF_DIR, PFedMAConfig, load_config
-from pfedma_flwr.server.query_state import EngineSettings
+from pfedma_flwr.server.query_state import ENGINE_KEYS, EngineSettings
 
 
 def _yaml() -> dict[str, Any]:
@@ -75,22 +75,6 @@ def test_generic_backend_sections_keep_their_own_defaults():
     assert cfg.routing.llm_backend.max_tokens == 256
 
 
-# EngineSettings field → the config key server.components.build_engine fills it from.
-ENGINE_KEYS = {
-    "t_max": "strategy.t_max", "k_max": "strategy.k_max", "batch_size": "strategy.batch_size",
-    "min_replies": "strategy.min_replies", "max_failed_share": "strategy.max_failed_share",
-    "lambda_pool": "anomaly.lambda_pool", "alpha_con": "anomaly.alpha_con",
-    "tolerance": "anomaly.tolerance", "consensus": "anomaly.consensus",
-    "ablation": "anomaly.ablation", "use_capability": "routing.use_capability",
-    "use_reliability": "routing.use_reliability", "refine_query": "routing.refine_query",
-    "refine_style": "routing.refine_style", "prices": "routing.prices",
-    "rule_mode": "rules.mode",
-    "sim_threshold": "rules.sim_threshold", "seed": "seed",
-    "max_queries_per_client": "protocol.max_items", "lone_answers": "routing.lone_answers",
-    "max_answer_tokens": "protocol.max_answer_tokens",
-}
-
-
 def test_engine_settings_defaults_equal_the_config_defaults():
     fields = {f.name for f in dataclasses.fields(EngineSettings)}
     assert fields == set(ENGINE_KEYS), "a new EngineSettings field needs its config key here"
@@ -98,3 +82,31 @@ def test_engine_settings_defaults_equal_the_config_defaults():
     differ = {name: (getattr(defaults, name), _default(key))
               for name, key in ENGINE_KEYS.items() if getattr(defaults, name) != _default(key)}
     assert differ == {}
+
+
+def test_engine_settings_are_a_view_of_the_run_config():
+    # every mapped key, set away from its default, reaches the settings build_engine uses
+    from pfedma_flwr.data.benchmarks import Task
+    from pfedma_flwr.server.components import build_engine
+
+    cfg = load_config({"config-name": "tiny", "overrides": (
+        "strategy.t_max=3 strategy.k_max=4 strategy.batch_size=7 strategy.min_replies=2 "
+        "strategy.max_failed_share=0.25 anomaly.lambda_pool=0.4 anomaly.alpha_con=0.2 "
+        "anomaly.tolerance=0.6 anomaly.consensus=mean anomaly.ablation=-intent "
+        "routing.use_capability=false routing.use_reliability=false routing.refine_query=false "
+        "routing.refine_style=verify routing.prices.default=2.0 routing.lone_answers=skip "
+        "rules.mode=LE rules.sim_threshold=0.8 seed=5 protocol.max_items=9 "
+        "protocol.max_answer_tokens=999")})
+    task = Task(task_id="t1", benchmark="gsm8k", domain="math", question="1+1?", gold="2",
+                answer_kind="number")
+    got = build_engine(cfg, [task]).settings
+    for name, key in ENGINE_KEYS.items():
+        want = _default_of(cfg, key)
+        assert getattr(got, name) == (dict(want) if name == "prices" else want), name
+        assert getattr(got, name) != getattr(EngineSettings(), name), f"{name} not set away"
+
+
+def _default_of(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
