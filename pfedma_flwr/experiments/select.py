@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue an interrupted selection")
     p.add_argument("--choices-dir", default="",
                    help="where the choice file goes (default conf/experiments/choices)")
-    p.add_argument("--port", type=int, default=39291)
+    p.add_argument("--port", type=int, default=None,
+                   help="SuperLink port (default 39291, or a free one when it is busy)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per candidate")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[select] %(message)s")

@@ -183,3 +183,16 @@ def test_seeds_repeat_sampled_levels_on_the_same_questions(tmp_path: Path):
     sd = (sum((a - mean) ** 2 for a in accs) / 2) ** 0.5
     assert m["pfedma"]["ACC"] == pytest.approx(mean) and m["pfedma"]["ACC_sd"] == pytest.approx(sd)
     assert "ACC_sd" not in m["single-agent"]
+
+
+def test_select_leaves_the_port_to_the_launcher_unless_one_is_named(monkeypatch, tmp_path):
+    """A fixed default port was "requested": the SuperLink of the candidate before could still
+    hold it when the next candidate started, and the selection died (exit 3, 2026-12-06)."""
+    from pfedma_flwr.experiments import select as sel
+
+    seen: list[int | None] = []
+    monkeypatch.setattr(sel, "flwr_executor", lambda port, timeout: seen.append(port))
+    monkeypatch.setattr(sel, "select", lambda *a, **k: None)
+    sel.main(["best_single", "--size", "tiny", "--output-dir", str(tmp_path)])
+    sel.main(["best_single", "--size", "tiny", "--output-dir", str(tmp_path), "--port", "40001"])
+    assert seen == [None, 40001]
