@@ -114,7 +114,7 @@ def handshake(grid: Grid, nodes: list[int], *, identity: str, limits: Limits,
             if node not in asked or node in descs or node in left_out:
                 continue  # unsolicited or repeated: the first answer counts
             if r.has_error():
-                cause = parse_startup(r.error.reason)
+                cause = parse_startup(r.error.reason or "")
                 causes[node] = cause or str(r.error.reason)
                 left_out[node] = (f"client {cause.client}: {cause.cause} [{cause.kind}]" if cause
                                   else f"error reply: {excerpt(r.error.reason, 200)}")

@@ -46,10 +46,11 @@ def digest(responses: Sequence[RoundResponse], *, header: str, ask: str,
     Answers that failed are left out; ``""`` when none is left.
     """
     lines = []
-    for k, r in enumerate((r for r in responses if r.response is not None), start=1):
-        line = f"- Agent {k}: '{_clip(r.response.final_answer, ANSWER_CHARS)}'"
-        if r.response.claims:
-            line += f" (because: {_clip(r.response.claims[0].claim, CLAIM_CHARS)})"
+    answered = [r.response for r in responses if r.response is not None]
+    for k, resp in enumerate(answered, start=1):
+        line = f"- Agent {k}: '{_clip(resp.final_answer, ANSWER_CHARS)}'"
+        if resp.claims:
+            line += f" (because: {_clip(resp.claims[0].claim, CLAIM_CHARS)})"
         lines.append(line)
     if not lines:
         return ""

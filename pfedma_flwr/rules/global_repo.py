@@ -358,7 +358,7 @@ class GlobalRuleRepository:
         spec) to a stored one is skipped, so seeding a resumed repository adds nothing.
         """
         have = {(text_key(r.text), spec_key(r)) for r in self._rules}
-        new = []
+        new: list[GlobalRule] = []
         for g in rules:
             # a catalogue safety rule (guard scope) was checked against the catalogue where
             # it was built; its relevance keywords never redact, so they skip the text probe

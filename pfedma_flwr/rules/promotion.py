@@ -140,7 +140,7 @@ def build_candidate_pool(
     n_capped = 0
     for k in range(len(clients)):
         kept: list[int] = []
-        for i in np.flatnonzero(owners == k):
+        for i in (int(j) for j in np.flatnonzero(owners == k)):
             if not kept or sims[i, kept].max() < sim_threshold - SIM_EPS:
                 if len(kept) >= max_per_client:
                     n_capped += 1

@@ -290,10 +290,13 @@ class CollaborationEngine:
             rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
                              refinement=ref, answer_kind=q.task.answer_kind,
                              task_format=q.task.task_format)
-            view = hooks.composer(
-                self.orchestrator, q, rq, sel.clients, self.clients,
-                lambda t, keep=q.task.task_needed: apply_query_rules(
-                    t, global_rules, self.recognizer, quarantine=self.rules, keep=keep)[0])
+            keep = q.task.task_needed
+
+            def pin(t: str, keep: Sequence[str] = keep) -> str:
+                return apply_query_rules(t, global_rules, self.recognizer,
+                                         quarantine=self.rules, keep=keep)[0]
+
+            view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, pin)
             q.selections.append(list(sel.clients))
             for c in sel.clients:
                 q.asked.add(c)
