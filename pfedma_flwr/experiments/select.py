@@ -19,6 +19,7 @@ A choice holds agent / routing keys only: one that would change the questions (`
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import sys
@@ -86,6 +87,28 @@ def pick(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return min(enumerate(rows), key=key)[1]
 
 
+def incomplete_runs(output_dir: Path, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Candidates whose run lost answers the agent never produced (timeouts, backend errors).
+
+    A candidate measured on half its questions (a round that ran past ``round_timeout`` on a
+    loaded machine: 20 of 40 ``timeout``, 2026-12-06) cannot be compared with the others; its
+    ``summary.json`` says how many answers were not produced. Maps variant -> why.
+    """
+    out: dict[str, str] = {}
+    for r in rows:
+        for run in r.get("runs", []):
+            path = Path(output_dir) / "runs" / str(run) / "summary.json"
+            try:
+                gen = json.loads(path.read_text(encoding="utf-8")).get("generation", {})
+            except (OSError, ValueError):
+                out[str(r["variant"])] = f"no readable {path}"
+                continue
+            if (n := int(gen.get("generation_failed", 0) or 0)) > 0:
+                out[str(r["variant"])] = (f"{n} of {gen.get('answers', '?')} answers not produced "
+                                          f"({gen.get('failed_by_code', {})}) in {path.parent}")
+    return out
+
+
 def choice_record(preset: ExperimentPreset, size: str, rows: Sequence[Mapping[str, Any]],
                   dev: set[str]) -> dict[str, Any]:
     """The choice file's content for ``rows`` of the selection preset (module docstring)."""
@@ -124,6 +147,11 @@ def select(name: str, *, size: str, output_dir: Path, executor: Executor | None 
                              f"{sorted(shared)[:3]}); move one of them (data.eval_offset)")
     result = run_experiment(name, size=size, output_dir=output_dir, executor=executor,
                             extra=extra, resume=resume, reuse=resume)
+    if lost := incomplete_runs(output_dir, result["rows"]):
+        raise ValueError("no choice written: " + "; ".join(f"{v}: {why}" for v, why in
+                                                          sorted(lost.items()))
+                         + ". Remove those run directories and run again with --resume (the "
+                         "generation cache keeps what was answered).")
     record = choice_record(preset, size, result["rows"], dev)
     path = (choices_dir or CHOICES_DIR) / f"{name}-{size}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)

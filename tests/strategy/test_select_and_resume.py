@@ -196,3 +196,33 @@ def test_select_leaves_the_port_to_the_launcher_unless_one_is_named(monkeypatch,
     sel.main(["best_single", "--size", "tiny", "--output-dir", str(tmp_path)])
     sel.main(["best_single", "--size", "tiny", "--output-dir", str(tmp_path), "--port", "40001"])
     assert seen == [None, 40001]
+
+
+def test_no_choice_is_made_from_a_candidate_that_lost_answers(tmp_path: Path):
+    """A candidate whose round timed out (answers never produced) is not compared with the
+    others: the selection names it and writes no choice; rerun with it removed, it is chosen
+    from complete runs (2026-12-06: generalist-cot lost 20 of 40 answers to a timeout)."""
+    from pfedma_flwr.experiments.select import incomplete_runs
+
+    out, choices = tmp_path / "sel", tmp_path / "choices"
+    select("best_single", size="tiny", output_dir=out, executor=Executor(), choices_dir=choices)
+    summary = out / "runs" / "candidate=plain-cot" / "summary.json"
+    d = json.loads(summary.read_text())
+    d["generation"] = {**d["generation"], "answers": 6, "generation_failed": 3,
+                       "failed_by_code": {"timeout": 3}}
+    summary.write_text(json.dumps(d))
+    (choices / "best_single-tiny.yaml").unlink()
+    rows = json.loads((out / "experiment.json").read_text())["rows"]
+    assert list(incomplete_runs(out, rows)) == ["candidate=plain-cot"]
+    with pytest.raises(ValueError, match=r"candidate=plain-cot: 3 of 6 answers not produced"):
+        select("best_single", size="tiny", output_dir=out, executor=Executor(), resume=True,
+               choices_dir=choices)
+    assert not (choices / "best_single-tiny.yaml").exists()
+    import shutil
+
+    shutil.rmtree(summary.parent)  # what the message says to do
+    ex = Executor()
+    select("best_single", size="tiny", output_dir=out, executor=ex, resume=True,
+           choices_dir=choices)
+    assert [c[0] for c in ex.calls] == ["candidate=plain-cot"]  # only the removed one reruns
+    assert (choices / "best_single-tiny.yaml").exists()
