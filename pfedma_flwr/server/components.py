@@ -87,8 +87,11 @@ def build_judge(cfg: PFedMAConfig, embedder: Embedder) -> Judge:
 def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> BaseOrchestrator | Orchestrator:
     """The routing policy (``routing.orchestrator`` + ``routing.orchestrator_options``).
 
-    Every orchestrator gets ``k_max``, ``stop_support``, ``embedder`` and the routing keys its
-    class declares; ``orchestrator_options`` are passed beside them and win over them.
+    Every orchestrator gets ``k_max``, ``stop_support`` and ``embedder``; ``random`` also
+    ``seed``, the others the routing switches (``exploration_c``, ``use_capability``,
+    ``use_reliability``; ``adaptive_k``, ``mix_reasoning`` and ``cost_weight`` only when on;
+    ``llm`` gets ``adaptive_k`` and ``mix_reasoning`` always, its backend, no ``cost_weight``).
+    ``orchestrator_options`` are passed beside them and win over them.
     """
     r = cfg.routing
     factory = ORCHESTRATORS.get(r.orchestrator)
