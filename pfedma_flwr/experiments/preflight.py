@@ -16,9 +16,7 @@ Here every such problem is found in the launcher's own process before anything s
 
 from __future__ import annotations
 
-import inspect
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,42 +106,21 @@ def name_problems(cfg: PFedMAConfig, *, plugins_ok: bool = False) -> list[Proble
     return out
 
 
-def _unaccepted(factory: object, options: Mapping[str, Any]) -> list[str]:
-    """Option keys ``factory`` has no parameter for (none when it takes ``**kwargs``)."""
-    try:
-        params = inspect.signature(factory).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):  # no signature to read: the factory itself will tell
-        return []
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return []
-    return sorted(k for k in options if k not in params)
-
-
 def option_problems(cfg: PFedMAConfig) -> list[Problem]:
     """Plug-in options that no keyword of their factory takes (``*_options`` keys)."""
     from pfedma_flwr.anomaly.judges import JUDGES
     from pfedma_flwr.routing import ORCHESTRATORS
-    from pfedma_flwr.server.components import AGGREGATOR_CALL_KEYS, AGGREGATORS
+    from pfedma_flwr.server.components import AGGREGATORS, aggregator_problems, option_problem
 
     s, r, a = cfg.strategy, cfg.routing, cfg.anomaly
-    checks: list[tuple[str, Any, Mapping[str, Any]]] = [
-        ("routing.orchestrator", ORCHESTRATORS.get(r.orchestrator), r.orchestrator_options),
-        ("anomaly.judge", JUDGES.get(a.judge), a.judge_options)]
-    out: list[Problem] = []
+    found = aggregator_problems(s)
+    found += [option_problem("routing.orchestrator", ORCHESTRATORS.get(r.orchestrator),
+                             r.orchestrator_options),
+              option_problem("anomaly.judge", JUDGES.get(a.judge), a.judge_options)]
     if s.aggregator:
-        checks.append(("strategy.aggregator", AGGREGATORS.get(s.aggregator), s.aggregator_options))
-        if clash := sorted(set(s.aggregator_options) & AGGREGATOR_CALL_KEYS):
-            out.append(Problem("config", f"strategy.aggregator_options {clash} are the "
-                                         "engine's own call keywords"))
-    elif s.aggregator_options:
-        out.append(Problem("config", "strategy.aggregator_options is set but "
-                                     "strategy.aggregator is empty"))
-    for key, factory, options in checks:
-        if bad := _unaccepted(factory, options):
-            out.append(Problem("config", f"{key}_options {bad}: {key} "
-                                         f"{getattr(factory, '__name__', factory)!s} takes no "
-                                         "such keyword"))
-    return out
+        found.append(option_problem("strategy.aggregator", AGGREGATORS.get(s.aggregator),
+                                    s.aggregator_options))
+    return [Problem("config", why) for why in found if why]
 
 
 def client_problems(cfg: PFedMAConfig, num_clients: int) -> list[Problem]:

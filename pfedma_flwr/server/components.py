@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from pfedma_flwr.agents.backends.configured import make_configured_backend
 from pfedma_flwr.aggregation.consensus import CollabState, aggregate
 from pfedma_flwr.anomaly.judges import JUDGES, Judge
 from pfedma_flwr.baselines.voting import vote_all, vote_latest
-from pfedma_flwr.config import BackendConfig, ConfigError, PFedMAConfig
+from pfedma_flwr.config import BackendConfig, ConfigError, PFedMAConfig, StrategyConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.embeddings import Embedder, get_embedder
 from pfedma_flwr.registry import Registry
@@ -47,6 +48,36 @@ AGGREGATOR_CALL_KEYS = frozenset({"kind", "domain", "routing", "round", "use_cap
                                   "use_reliability", "options"})
 
 
+def unaccepted_options(factory: object, options: Mapping[str, Any]) -> list[str]:
+    """Option keys ``factory`` has no parameter for (none when it takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(factory).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no signature to read: the factory itself will tell
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    return sorted(k for k in options if k not in params)
+
+
+def option_problem(key: str, factory: object, options: Mapping[str, Any]) -> str:
+    """Why ``<key>_options`` do not fit ``factory``'s keywords, or ``""`` (launcher and build)."""
+    if bad := unaccepted_options(factory, options):
+        return (f"{key}_options {bad}: {key} {getattr(factory, '__name__', factory)!s} takes "
+                "no such keyword")
+    return ""
+
+
+def aggregator_problems(s: StrategyConfig) -> list[str]:
+    """What is wrong with ``strategy.aggregator_options`` beside the factory's keywords."""
+    if not s.aggregator:
+        return (["strategy.aggregator_options is set but strategy.aggregator is empty (the "
+                 "strategy's own aggregator takes no options)"] if s.aggregator_options else [])
+    if clash := sorted(set(s.aggregator_options) & AGGREGATOR_CALL_KEYS):
+        return [f"strategy.aggregator_options {clash} would be overwritten by the engine's own "
+                f"call keywords {sorted(AGGREGATOR_CALL_KEYS)}"]
+    return []
+
+
 def construct(factory: Callable[..., Any], key: str, kwargs: Mapping[str, Any],
               options: Mapping[str, Any]) -> Any:
     """``factory(**kwargs, **options)``; options win, an unknown keyword names ``key``.
@@ -59,7 +90,9 @@ def construct(factory: Callable[..., Any], key: str, kwargs: Mapping[str, Any],
     bad = [k for k in options if not isinstance(k, str) or not k.isidentifier()]
     if bad:
         raise ConfigError(f"{key}_options: keys must be identifiers, got {bad}")
-    try:
+    if why := option_problem(key, factory, options):
+        raise ConfigError(why)
+    try:  # a factory whose signature cannot be read, or that passes **kwargs on
         return factory(**{**kwargs, **options})
     except TypeError as e:
         if options and "keyword argument" in str(e):
@@ -119,17 +152,13 @@ def build_orchestrator(cfg: PFedMAConfig, embedder: Embedder) -> BaseOrchestrato
 def build_aggregator(cfg: PFedMAConfig) -> Callable[..., CollabState] | None:
     """``strategy.aggregator`` with its options bound; ``None`` keeps the strategy's own."""
     s = cfg.strategy
+    if problems := aggregator_problems(s):
+        raise ConfigError(problems[0])
     if not s.aggregator:
-        if s.aggregator_options:
-            raise ConfigError("strategy.aggregator_options is set but strategy.aggregator is "
-                              "empty (the strategy's own aggregator takes no options)")
         return None
     fn = AGGREGATORS.get(s.aggregator)
     if not callable(fn):
         raise ConfigError(f"strategy.aggregator {s.aggregator!r} is not callable")
-    if clash := sorted(set(s.aggregator_options) & AGGREGATOR_CALL_KEYS):
-        raise ConfigError(f"strategy.aggregator_options {clash} would be overwritten by the "
-                          f"engine's own call keywords {sorted(AGGREGATOR_CALL_KEYS)}")
     return functools.partial(fn, **s.aggregator_options) if s.aggregator_options else fn
 
 
