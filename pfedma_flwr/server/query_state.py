@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -55,11 +56,16 @@ def _at(cfg: Any, dotted: str) -> Any:
     return cfg
 
 
-def _default(field_name: str) -> Any:
-    """The config default of ``field_name``'s key (the config dataclasses are the source)."""
+@functools.cache
+def _config_defaults() -> Any:
     from pfedma_flwr.config import PFedMAConfig
 
-    return _at(PFedMAConfig(), ENGINE_KEYS[field_name])
+    return PFedMAConfig()
+
+
+def _default(field_name: str) -> Any:
+    """The config default of ``field_name``'s key (the config dataclasses are the source)."""
+    return _at(_config_defaults(), ENGINE_KEYS[field_name])
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,8 @@ class EngineSettings:
     @classmethod
     def from_config(cls, cfg: Any) -> EngineSettings:
         """The settings of a :class:`~pfedma_flwr.config.PFedMAConfig` (every mapped key)."""
-        values = {name: _at(cfg, key) for name, key in ENGINE_KEYS.items()}
-        values["prices"] = dict(values["prices"])
-        return cls(**values)
+        # __post_init__ copies prices into a plain dict
+        return cls(**{name: _at(cfg, key) for name, key in ENGINE_KEYS.items()})
 
     def __post_init__(self) -> None:
         if self.max_queries_per_client < 1:
