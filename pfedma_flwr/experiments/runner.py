@@ -23,7 +23,6 @@ of replacing it; and a stop signal or a failed variant still writes the table of
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -32,11 +31,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from pfedma_flwr.experiments import preflight, processes
 from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics, load_run, run_metrics
@@ -48,70 +45,30 @@ from pfedma_flwr.experiments.presets import (
     load_preset,
     overrides_text,
 )
+from pfedma_flwr.experiments.resume import (
+    completed,
+    decide,
+    previous_walls,
+    refuse_other_experiment,
+    save_walls,
+)
 from pfedma_flwr.experiments.stats import mean_sd
 from pfedma_flwr.experiments.tables import write_comparison, write_tables
+from pfedma_flwr.experiments.variant import (  # noqa: F401  (re-exported: the runner's API)
+    Executor,
+    ExperimentRefused,
+    VariantFailed,
+    VariantRun,
+)
 from pfedma_flwr.server.results import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class VariantRun:
-    """Everything an executor needs to run one variant.
-
-    Parameters
-    ----------
-    experiment, variant : str
-        Names (for logs).
-    config : str
-        ``conf/`` preset the run starts from.
-    num_clients : int
-        Simulated clients ``N``.
-    overrides : str
-        Shell-quoted dotted overrides (``load_config`` / ``launch.run`` syntax).
-    output_dir : Path
-        Absolute output directory of the run.
-    resume, overwrite : bool
-        Continue the run in ``output_dir`` from its checkpoint; replace the results there.
-    seed : int, optional
-        The run seed of this repetition (``--seeds``); ``None``: the configuration's own.
-    slot : int
-        Which of the concurrent slots runs it (its own SuperLink ports; ``jobs > 1``).
-    """
-
-    experiment: str
-    variant: str
-    config: str
-    num_clients: int
-    overrides: str
-    output_dir: Path
-    resume: bool = False
-    overwrite: bool = False
-    seed: int | None = None
-    slot: int = 0
-
-
-Executor = Callable[[VariantRun], None]
 #: backends that generate without a local model (scripted agents, tests)
 SCRIPTED_BACKENDS = frozenset({"simulated", "mock"})
 _SLOT_PORTS = 10
 _DEFAULT_PORT = 39291
-
-
-class ExperimentRefused(ValueError):
-    """The experiment cannot start (nothing ran); ``code`` is the exit status (3, or 2)."""
-
-    def __init__(self, message: str, code: int = preflight.EXIT_REFUSED) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class VariantFailed(RuntimeError):
-    """A variant's run failed (``code``: the launcher's exit status)."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def flwr_executor(port: int | None = None, timeout: float = 3600.0, data_dir: str = "",
@@ -209,54 +166,6 @@ def _repetitions(base: VariantRun, seeds: Sequence[int]) -> list[VariantRun]:
         f"data.split_seed={split}".strip()) for s in seeds]
 
 
-def _completed(out_dir: Path) -> bool:
-    try:
-        s = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(s, dict) and s.get("status") == "completed"
-
-
-def _same_config(vr: VariantRun) -> bool:
-    """Whether the run in ``vr.output_dir`` was made with ``vr``'s configuration.
-
-    Output keys are left out, and the data dir unless the plan names one (the launcher and the
-    executors set them). A level whose preset changed since it ran is run again rather than
-    reused or resumed.
-    """
-    from pfedma_flwr.config import load_config, to_yaml
-
-    try:
-        saved = yaml.safe_load((vr.output_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return False
-    planned = yaml.safe_load(to_yaml(load_config(
-        {"config-name": vr.config, "overrides": vr.overrides})))
-    if not isinstance(saved, dict) or not isinstance(planned, dict):
-        return False
-    for d in (saved, planned):
-        d.pop("output", None)
-    if not (planned.get("data") or {}).get("data_dir"):  # the launcher fills in its default
-        for d in (saved, planned):
-            (d.get("data") or {}).pop("data_dir", None)
-    return bool(saved == planned)
-
-
-def _action(vr: VariantRun, *, reuse: bool, resume: bool) -> str:
-    """``reuse`` a finished level, ``resume`` an interrupted one, else ``run`` it."""
-    if not (reuse or resume) or not vr.output_dir.is_dir():
-        return "run"
-    if not _same_config(vr):
-        logger.warning("%s holds a run of another configuration: running it again",
-                       vr.output_dir)
-        return "run"
-    if _completed(vr.output_dir):
-        return "reuse"
-    if resume and (vr.output_dir / "checkpoint.json").is_file():
-        return "resume"
-    return "run"
-
-
 def check_plan(runs: Sequence[VariantRun], *, backends: bool = True) -> None:
     """Every variant's config, names and client count (and, once each, its model backends).
 
@@ -290,43 +199,6 @@ def check_plan(runs: Sequence[VariantRun], *, backends: bool = True) -> None:
         if problems:
             raise ExperimentRefused(f"variant {vr.variant}: {problems[0].message}",
                                     problems[0].exit_code)
-
-
-def _decide(planned: Sequence[tuple[Any, list[VariantRun]]], *, reuse: bool, resume: bool,
-            overwrite: bool) -> list[VariantRun]:
-    """The runs to execute (resume/overwrite set); the reused ones are left out.
-
-    Raises :class:`ExperimentRefused` when a selected run dir holds results and none of
-    ``reuse``, ``resume``, ``overwrite`` says what to do with them.
-    """
-    runs = [vr for _, reps in planned for vr in reps]
-    held = [vr.output_dir.name for vr in runs if preflight.existing_results(vr.output_dir)]
-    if held and not (reuse or resume or overwrite):
-        raise ExperimentRefused(
-            f"these variants already hold runs: {held}; pass --reuse (skip the completed ones, "
-            "resume the others), --overwrite (run them again) or another --output-dir")
-    todo = []
-    for vr in runs:
-        has = bool(preflight.existing_results(vr.output_dir))
-        what = "run" if overwrite else _action(vr, reuse=reuse or resume, resume=reuse or resume)
-        if what == "reuse":
-            logger.info("reusing %s", vr.output_dir)
-        else:
-            todo.append(replace(vr, resume=what == "resume", overwrite=has and what == "run"))
-    return todo
-
-
-def _earlier(output_dir: Path, name: str, size: str, overwrite: bool) -> None:
-    """Refuse merging into an output dir that holds another experiment or size."""
-    try:
-        prev = json.loads((output_dir / "experiment.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if isinstance(prev, dict) and (prev.get("experiment"), prev.get("size")) != (name, size) \
-            and not overwrite:
-        raise ExperimentRefused(
-            f"{output_dir} holds experiment {prev.get('experiment')!r} at size "
-            f"{prev.get('size')!r}, not {name!r} at {size!r}; choose another --output-dir")
 
 
 def scripted(v: VariantRun) -> bool:
@@ -449,17 +321,17 @@ def run_experiment(
         trk.make_tracker(tracking, output_dir / "tracking")
     except trk.TrackingError as e:
         raise ExperimentRefused(str(e)) from e
-    _earlier(output_dir, preset.name, size, overwrite)
+    refuse_other_experiment(output_dir, preset.name, size, overwrite)
     try:
         planned = plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
                        only=only, seeds=seeds, choices_dir=choices_dir)
     except ValueError as e:
         raise ExperimentRefused(str(e)) from e
     check_plan([vr for _, reps in planned for vr in reps], backends=executor is None)
-    todo = _decide(planned, reuse=reuse, resume=resume, overwrite=overwrite)
+    todo = decide(planned, reuse=reuse, resume=resume, overwrite=overwrite)
     output_dir.mkdir(parents=True, exist_ok=True)
     execute = executor or flwr_executor()
-    walls = _previous_walls(output_dir)
+    walls = previous_walls(output_dir)
 
     def run_and_track(vr: VariantRun) -> None:
         execute(vr)
@@ -467,7 +339,7 @@ def run_experiment(
 
     try:
         with processes.stop_on_signals():
-            _execute_all(run_and_track, todo, jobs, walls, lambda w: _save_walls(output_dir, w))
+            _execute_all(run_and_track, todo, jobs, walls, lambda w: save_walls(output_dir, w))
     finally:  # what is done so far is tabled even when a variant failed or a signal came
         result = _tabulate(preset, size, output_dir, walls, num_clients=num_clients,
                            extra=extra, seeds=seeds, choices_dir=choices_dir)
@@ -495,7 +367,7 @@ def _tabulate(preset: ExperimentPreset, size: str, output_dir: Path, walls: dict
     n_seeds: dict[str, int] = {}
     for variant, reps in plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
                               seeds=seeds, choices_dir=choices_dir, lenient=True):
-        if not all(_completed(vr.output_dir) for vr in reps):
+        if not all(completed(vr.output_dir) for vr in reps):
             continue
         loaded = [load_run(vr.output_dir) for vr in reps]
         runs[variant.name] = loaded[0]
@@ -533,17 +405,3 @@ def seed_metrics(per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
-_WALLS = "walls.json"
-
-
-def _previous_walls(output_dir: Path) -> dict[str, float]:
-    """Seconds per run dir of earlier sittings (kept across an interruption)."""
-    try:
-        d = json.loads((output_dir / _WALLS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(k): float(v) for k, v in d.items()} if isinstance(d, dict) else {}
-
-
-def _save_walls(output_dir: Path, walls: Mapping[str, float]) -> None:
-    write_json_atomic(output_dir / _WALLS, dict(walls))
