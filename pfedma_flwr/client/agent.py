@@ -34,12 +34,14 @@ from pfedma_flwr.agents.prompting import (
 )
 from pfedma_flwr.agents.reasoning import derive_response
 from pfedma_flwr.answers import OPEN_KINDS
+from pfedma_flwr.client import memory
+from pfedma_flwr.client.memory import FEW_SHOT_SCOPES
 from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pose, read_reply
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.privacylens_prompt import case_part
 from pfedma_flwr.data.profiles import AgentProfile
-from pfedma_flwr.data.retrieval import as_case, get_retriever, retrieve_examples
+from pfedma_flwr.data.retrieval import as_case
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import (
     DEFAULT_LIMITS,
@@ -63,11 +65,11 @@ if TYPE_CHECKING:
     from pfedma_flwr.agents.hooks import AgentHook
 
 logger = logging.getLogger(__name__)
-FEW_SHOT_SCOPES: tuple[str, ...] = ("batch", "query")
 RESPONSE_FORMATS: tuple[str, ...] = ("reasoning", "json")
-# What a lesson of X_i keeps of a question, and the similarity a new query needs to recall it.
-_LESSON_CHARS = 160
+# tokens of the one short re-ask for an answer statement (_repair)
 _REPAIR_TOKENS = 24
+
+
 class ClientAgent:
     """One federated agent: profile + backend + private data ``D_i``.
 
@@ -212,7 +214,9 @@ class ClientAgent:
                                   recognizer=self.recognizer)
         reasoning = self.response_format == "reasoning"
         shots_of = self._demonstrations(ins.queries)
-        lessons_of = self._recall(ins.queries, state) if reasoning else {}
+        lessons_of = memory.recall_lessons(
+            ins.queries, state.lessons, self.embedder, n=self.n_lessons,
+            min_sim=self.lesson_min_sim) if reasoning else {}
         guard_cands = evolve_guard_rules(state.rules, self.private_data) if any(
             q.task_format == "guard" for q in ins.queries) else []
         prompts = []
@@ -308,10 +312,12 @@ class ClientAgent:
             # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
             # content (private facts) is measured on it, not only on the question's head
             said = " ".join(c.claim for c in raw.claims)[:300]
-            self._remember(state, f"{case_part(q.text)[:300]} => {raw.final_answer[:100]} "
-                                  f"{said}".rstrip())
-            if reasoning and q.task_format == "qa":
-                self._learn(state, q, raw.final_answer)
+            memory.remember(state.experience, f"{case_part(q.text)[:300]} => "
+                            f"{raw.final_answer[:100]} {said}".rstrip(),
+                            capacity=self.experience_size)
+            if reasoning and q.task_format == "qa" and self.n_lessons:
+                memory.learn_lesson(state.lessons, q, raw.final_answer,
+                                    capacity=self.experience_size)
         state.rounds += 1
         logger.debug("adapted %d global rules", len(adapt.adopted) if adapt else 0)
         return self._outgoing(state, ClientReply(
@@ -449,64 +455,10 @@ class ClientAgent:
         return mc.verify_answers(self.backend, [q.text for q in queries],
                                  [q.answer_kind for q in queries], prompts, gens, texts)
 
-    def _recall(self, queries: Sequence[RoutedQuery], state: AgentState) -> dict[str, list[str]]:
-        """The lessons of ``X_i`` most similar to each query (at most ``lessons``, cos-bounded)."""
-        if not self.n_lessons or not state.lessons:
-            return {}
-        gists = [ls.split(" -> ", 1)[0] for ls in state.lessons]
-        embs = self.embedder.encode([q.text for q in queries] + gists)
-        qe, le = embs[: len(queries)], embs[len(queries):]
-        out: dict[str, list[str]] = {}
-        for i, q in enumerate(queries):
-            sims = le @ qe[i]
-            best = [j for j in sims.argsort()[::-1][: self.n_lessons]
-                    if sims[j] >= self.lesson_min_sim and not q.text.startswith(gists[j][:80])]
-            if best:
-                out[q.query_id] = [state.lessons[j] for j in best]
-        return out
-
-    def _learn(self, state: AgentState, q: RoutedQuery, answer: str) -> None:
-        """Keep a verified lesson: this agent's answer confirmed the earlier round's candidate.
-
-        Two independent attempts (another agent's and this one's) agreeing is the only
-        verification available without ground truth; the lesson stays on the client.
-        """
-        m = _CANDIDATE.search(q.refinement)
-        if not self.n_lessons or m is None or m.group(1).strip() != answer.strip():
-            return
-        gist = " ".join(q.text.split())[:_LESSON_CHARS]
-        state.lessons.append(f"{gist} -> verified answer {answer.strip()[:60]}")
-        del state.lessons[: max(0, len(state.lessons) - max(self.experience_size, 1))]
-
     def _demonstrations(self, queries: Sequence[RoutedQuery]) -> dict[str, list[Task]]:
-        """Few-shot examples from ``D_i`` per query, of the query's answer format.
-
-        ``few_shot_scope="batch"`` gives all queries of one answer format the same examples
-        (nearest to the group's mean embedding), so their prompts share a prefix that the
-        batched backend prefills once; ``"query"`` retrieves per query.
-        """
-        out: dict[str, list[Task]] = {q.query_id: [] for q in queries}
-        if not self.few_shot:
-            return out
-        for kind in dict.fromkeys(q.answer_kind for q in queries):
-            pool = [t for t in self.private_data if t.answer_kind == kind]
-            group = [q for q in queries if q.answer_kind == kind]
-            if not pool:
-                continue
-            if self.few_shot_scope == "batch":
-                shots = get_retriever(pool, self.embedder).retrieve_for_batch(
-                    [q.text for q in group], self.few_shot)
-                out.update({q.query_id: shots for q in group})
-            else:
-                out.update({q.query_id: retrieve_examples(q.text, pool, self.few_shot,
-                                                          self.embedder) for q in group})
-        return out
-
-    def _remember(self, state: AgentState, item: str) -> None:
-        if self.experience_size == 0:
-            return
-        state.experience.append(item)
-        del state.experience[: max(0, len(state.experience) - self.experience_size)]
+        """Few-shot examples from this client's ``D_i`` per query (memory.demonstrations)."""
+        return memory.demonstrations(queries, self.private_data, self.embedder, k=self.few_shot,
+                                     scope=self.few_shot_scope)
 
 
 def _timing_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -530,10 +482,6 @@ def error_code(kind: str, detail: str) -> str:
     """
     token = re.match(r"[a-z_]+", detail.strip().lower())
     return f"{kind}:{token.group(0)[:40] if token else 'error'}"
-
-
-# The leading earlier answer in either refinement style (pfedma_flwr.aggregation.refinement).
-_CANDIDATE = re.compile(r"(?:candidate answer|answers given:)\s*'([^']{1,60})'")
 
 
 def demo_answer(task: Task) -> str:

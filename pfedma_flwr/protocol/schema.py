@@ -38,6 +38,9 @@ RuleAction = Literal["redact", "generalize", "refuse"]
 # nothing in queries or responses, it is shown to the client's model on guard tasks
 RULE_SCOPES: tuple[str, ...] = ("query", "response", "guard")
 RULE_ACTIONS: tuple[str, ...] = ("redact", "generalize", "refuse")
+#: Characters of ``RoutedQuery.candidate`` kept (a longer one is cut, not refused: it only
+#: decides whether a lesson is learned)
+CANDIDATE_CHARS = 200
 
 
 # --------------------------------------------------------------------------- responses
@@ -263,9 +266,13 @@ class RoutedQuery:
     answer_kind: str = "text"
     # how the client poses the task (answers.TASK_FORMATS); "qa" when absent (older servers)
     task_format: str = "qa"
+    # the leading earlier answer (canonical, P_in applied) that the refinement shows: what a
+    # client's answer confirms for a verified lesson of X_i; "" in round 1 and under -RQ.
+    # Structured, so no client reads it out of a refiner's wording (issue 31 item 7)
+    candidate: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "query_id": self.query_id,
             "text": self.text,
             "domain": self.domain,
@@ -274,12 +281,16 @@ class RoutedQuery:
             "answer_kind": self.answer_kind,
             "task_format": self.task_format,
         }
+        # only when set: a node of the previous version still takes round-1 queries
+        if self.candidate:
+            d["candidate"] = self.candidate
+        return d
 
     @classmethod
     def from_dict(cls, d: Any, path: str = "query", lim: Limits = DEFAULT_LIMITS) -> RoutedQuery:
         d = obj_(d, path)
         no_extra(d, path, {"query_id", "text", "domain", "round", "refinement", "answer_kind",
-                           "task_format"})
+                           "task_format", "candidate"})
         return cls(
             query_id=id_(req(d, "query_id", path), f"{path}.query_id", lim),
             text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
@@ -288,6 +299,7 @@ class RoutedQuery:
             refinement=str_(d.get("refinement", ""), f"{path}.refinement", lim),
             answer_kind=choice_(d.get("answer_kind", "text"), f"{path}.answer_kind", ANSWER_KINDS),
             task_format=choice_(d.get("task_format", "qa"), f"{path}.task_format", TASK_FORMATS),
+            candidate=str_(d.get("candidate", ""), f"{path}.candidate", lim)[:CANDIDATE_CHARS],
         )
 
 

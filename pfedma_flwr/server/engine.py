@@ -18,12 +18,17 @@ from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggreg
 from pfedma_flwr.aggregation.public_state import public_state
 from pfedma_flwr.aggregation.refinement import REFINERS, Refiner
 from pfedma_flwr.anomaly.judges import Judge
-from pfedma_flwr.anomaly.scores import evaluate_batch, similarity_to
+from pfedma_flwr.anomaly.scores import evaluate_batch
 from pfedma_flwr.baselines import hooks
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import knowledge_domain
 from pfedma_flwr.embeddings import Embedder
-from pfedma_flwr.protocol.schema import ClientReply, RespondInstruction, RoutedQuery
+from pfedma_flwr.protocol.schema import (
+    CANDIDATE_CHARS,
+    ClientReply,
+    RespondInstruction,
+    RoutedQuery,
+)
 from pfedma_flwr.protocol.validation import DEFAULT_LIMITS
 from pfedma_flwr.protocol.wire import ClientDescription, reasoning_way
 from pfedma_flwr.routing.base import (
@@ -34,12 +39,12 @@ from pfedma_flwr.routing.base import (
     as_orchestrator,
     validate_selection,
 )
-from pfedma_flwr.routing.lone import lone_qualities
-from pfedma_flwr.routing.state import RoutingTable, quality_signal
+from pfedma_flwr.routing.state import RoutingTable
 from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
+from pfedma_flwr.server.capability import Consensus, leave_one_out_quality, lone_answer_signals
 from pfedma_flwr.server.query_state import (
     EngineSettings,
     QueryState,
@@ -275,27 +280,7 @@ class CollaborationEngine:
             if sel.stop:
                 self._finish(q, "orchestrator_stop")
                 continue
-            text, fired = apply_query_rules(q.task.question, global_rules, self.recognizer,
-                                            quarantine=self.rules, keep=q.task.task_needed)
-            # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
-            ref = self._refinement(q) if q.t and s.refine_query else ""
-            if ref:
-                ref, fired_ref = apply_query_rules(ref, global_rules, self.recognizer,
-                                                  quarantine=self.rules,
-                                                  keep=q.task.task_needed)
-                fired = [*fired, *fired_ref]
-            q.query_rules_fired += len(fired)
-            for rid in fired:  # the server's own feedback on its query rules (issue 30)
-                self._query_fired[rid] = self._query_fired.get(rid, 0) + 1
-            rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
-                             refinement=ref, answer_kind=q.task.answer_kind,
-                             task_format=q.task.task_format)
-            keep = q.task.task_needed
-
-            def pin(t: str, keep: Sequence[str] = keep) -> str:
-                return apply_query_rules(t, global_rules, self.recognizer,
-                                         quarantine=self.rules, keep=keep)[0]
-
+            rq, pin = self._pose(q, domain, global_rules)
             view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, pin)
             q.selections.append(list(sel.clients))
             for c in sel.clients:
@@ -342,6 +327,7 @@ class CollaborationEngine:
         round_r: dict[tuple[str, str], list[bool]] = {}
         client_ok: dict[str, bool] = {}
         query_logs = []
+        consensus = self._consensus()
         for q, cids, grp, res, errs in zip(in_flight, order, groups, results, client_errors,
                                            strict=True):
             q.t += 1
@@ -351,14 +337,11 @@ class CollaborationEngine:
                                                retained=a.retained, anomaly=a.score))
                 # Per query round (issue 12): one retained answer lets the client contribute.
                 client_ok[c] = client_ok.get(c, False) or a.retained
-            q.z = self.aggregate(q.history, kind=q.task.answer_kind, domain=domain,
-                                 routing=self.routing, round=q.t, use_capability=s.use_capability,
-                                 use_reliability=s.use_reliability,
-                                 options=q.task.options or None)
+            q.z = consensus.z(q, q.history, domain)
             for c, r, a in zip(cids, grp, res, strict=True):
                 key = (c, domain)
                 round_r.setdefault(key, []).append(r is not None and a.retained)
-                g = self._quality(q, c, r, a, domain)
+                g = leave_one_out_quality(consensus, q, c, r, a, domain)
                 if g is not None:
                     round_q.setdefault(key, []).append(g)
             n_ok = sum(a.retained for a in res)
@@ -400,51 +383,9 @@ class CollaborationEngine:
             self.routing.record_round(key[0], key[1], qualities=round_q.get(key, []),
                                       retained=list(round_r.get(key, [])))
 
-    def _defer_lone(self, q: QueryState) -> None:
-        """Queue ``g`` of ``q``'s answers that had nothing to be compared with (lone.py)."""
-        domain = knowledge_domain(q.task.domain)
-
-        def sim(answer: str, others: Sequence[Any]) -> float | None:
-            z = self.aggregate(others, kind=q.task.answer_kind, domain=domain,
-                               routing=self.routing, round=q.t,
-                               use_capability=self.settings.use_capability,
-                               use_reliability=self.settings.use_reliability,
-                               options=q.task.options or None)
-            if z.empty or not z.answer:
-                return None
-            return float(similarity_to([answer], z.answer, q.task.answer_kind, self.embedder,
-                                       options=q.task.options or None)[0])
-
-        for client, g in lone_qualities(q.history, mode=self.settings.lone_answers,
-                                        similarity=sim):
-            self._lone.setdefault((client, domain), []).append(g)
-
-    def _quality(
-        self, q: QueryState, client: str, r: Any, a: Any, domain: str
-    ) -> float | None:
-        """``g_i`` against the z formed **without** this client's votes (leave-one-out, §3.8).
-
-        With its own vote inside z, a client's answer agreed with z by construction and C
-        reinforced itself (an off-domain client ended with a higher math C than the
-        mathematician). ``None`` when the others hold no retained answer: nothing to learn.
-        """
-        if r is None:
-            return None
-        if not a.retained:
-            return 0.0
-        others = [h for h in q.history if h.client_id != client]
-        if not any(h.retained and h.response is not None for h in others):
-            return None
-        z_minus = self.aggregate(others, kind=q.task.answer_kind, domain=domain,
-                                 routing=self.routing, round=q.t,
-                                 use_capability=self.settings.use_capability,
-                                 use_reliability=self.settings.use_reliability,
-                                 options=q.task.options or None)
-        if z_minus.empty or not z_minus.answer:
-            return None
-        sim = similarity_to([r.final_answer], z_minus.answer, q.task.answer_kind,
-                            self.embedder, options=q.task.options or None)[0]
-        return quality_signal(a.score, sim, True)
+    def _consensus(self) -> Consensus:
+        return Consensus(aggregate=self.aggregate, routing=self.routing, settings=self.settings,
+                         embedder=self.embedder)
 
     def _by_id(self, query_id: str) -> QueryState | None:
         for q in self._active:
@@ -454,23 +395,61 @@ class CollaborationEngine:
 
     # ------------------------------------------------------------------ finishing
 
-    def _refinement(self, q: QueryState) -> str:
-        """The configured refiner's text for ``q.z``, checked: a plug-in returns a string.
+    def _pose(self, q: QueryState, domain: str,
+              global_rules: list[Any]) -> tuple[RoutedQuery, Callable[[str], str]]:
+        """``q̃`` of ``q``'s next round: P_in over the task, refinement and candidate.
+
+        Returns the routed query and ``P_in`` itself (for what an orchestrator composes).
+        """
+        s = self.settings
+        keep = q.task.task_needed
+
+        def pin_fired(t: str) -> tuple[str, list[str]]:
+            return apply_query_rules(t, global_rules, self.recognizer, quarantine=self.rules,
+                                     keep=keep)
+
+        text, fired = pin_fired(q.task.question)
+        # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
+        ref, candidate = self._refinement(q) if q.t and s.refine_query else ("", "")
+        if ref:
+            ref, fired_ref = pin_fired(ref)
+            fired = [*fired, *fired_ref]
+        if candidate:  # a part of the refinement's content: its firings are counted there
+            candidate = pin_fired(candidate)[0]
+        q.query_rules_fired += len(fired)
+        for rid in fired:  # the server's own feedback on its query rules (issue 30)
+            self._query_fired[rid] = self._query_fired.get(rid, 0) + 1
+        rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
+                         refinement=ref, answer_kind=q.task.answer_kind,
+                         task_format=q.task.task_format, candidate=candidate)
+        return rq, lambda t: pin_fired(t)[0]
+
+    def _refinement(self, q: QueryState) -> tuple[str, str]:
+        """The configured refiner's text for ``q.z`` (checked: a string) and ``z``'s answer.
 
         The refiner sees only the public form of ``z`` (canonical answers, bounded claims
         without instructions; :func:`~pfedma_flwr.aggregation.public_state.public_state`).
+        The candidate answer travels as its own field (:attr:`RoutedQuery.candidate`), so the
+        client never reads it out of the refiner's wording; none without refinement text.
         """
-        ref = self.refine(public_state(q.z, q.task.answer_kind, options=q.task.options or None))
+        public = public_state(q.z, q.task.answer_kind, options=q.task.options or None)
+        ref = self.refine(public)
         if not isinstance(ref, str):
             name = getattr(self.refine, "__qualname__", type(self.refine).__name__)
             raise TypeError(f"refiner {name!r} returned "
                             f"{type(ref).__name__} for {q.task.task_id}, expected str")
+        if not ref.strip():
+            return "", ""
         # clients reject a query field over the wire cap, so an overlong text would cost the
         # round every answer; keep its start instead
-        return ref[:DEFAULT_LIMITS.max_text_chars]
+        cap = DEFAULT_LIMITS.max_text_chars
+        candidate = public.answer.strip() if public is not None and public.answer else ""
+        return ref[:cap], candidate[:CANDIDATE_CHARS]
 
     def _finish(self, q: QueryState, reason: str) -> None:
-        self._defer_lone(q)
+        # lone answers teach C when their query ends, applied with the next routing update
+        for key, g in lone_answer_signals(self._consensus(), q):
+            self._lone.setdefault(key, []).append(g)
         self._active.remove(q)
         rec = finish_record(q, reason)
         self.finished.append(rec)
