@@ -57,6 +57,7 @@ from pfedma_flwr.server.query_state import (
     run_status,
     with_answer_failures,
 )
+from pfedma_flwr.server.totals import EngineTotals
 
 logger = logging.getLogger(__name__)
 
@@ -122,12 +123,8 @@ class CollaborationEngine:
         self._lone: dict[tuple[str, str], list[float]] = {}
         # query rules P_in applied while planning this round (rule id -> queries)
         self._query_fired: dict[str, int] = {}
-        # answers / answers_failed / generation_failed / failed_by_client: every answer asked
-        # of an agent and the reason code of each that failed (summary "generation", status)
-        self.totals: dict[str, Any] = {
-            "failures": 0, "filtered": 0, "retained": 0, "rejected_items": 0,
-            "invalid_selections": 0, "answers": 0, "answers_failed": 0, "generation_failed": 0,
-            "failed_by_client": {}}
+        # every counter of the run (summary "totals" and "generation", status)
+        self.totals = EngineTotals()
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -274,7 +271,7 @@ class CollaborationEngine:
                 sel = validate_selection(sel, room, s.k_max)
             except ValueError as e:
                 # A plug-in policy's malformed action ends the query (R_fmt = -1 in §3.11).
-                self.totals["invalid_selections"] += 1
+                self.totals.invalid_selections += 1
                 self._finish(q, f"invalid_selection: {e}")
                 continue
             if sel.stop:
@@ -345,8 +342,8 @@ class CollaborationEngine:
                 if g is not None:
                     round_q.setdefault(key, []).append(g)
             n_ok = sum(a.retained for a in res)
-            self.totals["retained"] += n_ok
-            self.totals["filtered"] += sum(r is not None and not a.retained
+            self.totals.retained += n_ok
+            self.totals.filtered += sum(r is not None and not a.retained
                                            for r, a in zip(grp, res, strict=True))
             query_logs.append({
                 "query_id": q.task.task_id, "t": q.t, "selected": cids,
@@ -359,10 +356,11 @@ class CollaborationEngine:
             elif q.t >= s.t_max:
                 self._finish(q, "t_max")
         self._record_routing(round_q, round_r)
-        self.totals["failures"] += len(failures)
-        self.totals.update(with_answer_failures(
-            self.totals, {q.task.task_id: sorted(q.routed) for q in in_flight}, by_query, failures))
-        self.totals["rejected_items"] += sum(int(x.get("n", 1)) for x in rejected)
+        self.totals.failures += len(failures)
+        self.totals = EngineTotals.from_dict(with_answer_failures(
+            self.totals.to_dict(), {q.task.task_id: sorted(q.routed) for q in in_flight},
+            by_query, failures))
+        self.totals.rejected_items += sum(int(x.get("n", 1)) for x in rejected)
         rules_log = evolve_global_rules(
             mode=s.rule_mode, rules=self.rules, server_round=server_round, replies=replies,
             client_ok=client_ok, embedder=self.embedder, sim_threshold=s.sim_threshold,
@@ -475,7 +473,7 @@ class CollaborationEngine:
             "active": [q.to_dict() for q in self._active],
             "pending": [t.task_id for t in self._pending],
             "routing": self.routing.to_dict(), "rules": self.rules.to_dict(),
-            "totals": dict(self.totals), "rng": self._rng.bit_generator.state,
+            "totals": self.totals.to_dict(), "rng": self._rng.bit_generator.state,
             "orchestrator": hooks.orchestrator_state(self.orchestrator),
         }
 
@@ -492,7 +490,7 @@ class CollaborationEngine:
         self._pending = [tasks[i] for i in d["pending"]]
         self.routing = RoutingTable.from_dict(d["routing"])
         self.rules = GlobalRuleRepository.from_dict(d["rules"], embedder=self.embedder)
-        self.totals.update(d["totals"])
+        self.totals = EngineTotals.from_dict(d["totals"])
         self._rng.bit_generator.state = d["rng"]
         hooks.load_orchestrator_state(self.orchestrator, d.get("orchestrator"))
         return int(d["server_round"])
@@ -514,8 +512,10 @@ class CollaborationEngine:
             # e.g. the LLM orchestrator's format-failure rate, KABB's posterior
             "orchestrator": {"name": self.orchestrator.name,
                              "state": hooks.orchestrator_state(self.orchestrator)},
-            "totals": {k: v for k, v in self.totals.items() if k != "failed_by_client"},
-            "generation": generation_summary(self.totals, self.settings.max_failed_share),
+            "totals": {k: v for k, v in self.totals.to_dict().items()
+                       if k != "failed_by_client"},
+            "generation": generation_summary(self.totals.to_dict(),
+                                             self.settings.max_failed_share),
             "wall_seconds": wall_seconds,
             # tokens, backend calls and what they cost are the clients' own counts (bounded by
             # protocol.max_answer_tokens per answer), not measured by the server (issue 30)
