@@ -17,7 +17,6 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-# the checks' vocabulary stays importable from here (adversary, experiments and tests use it)
 from pfedma_flwr.config_checks import ABLATIONS as ABLATIONS
 from pfedma_flwr.config_checks import ADVERSARY_KINDS as ADVERSARY_KINDS
 from pfedma_flwr.config_checks import ATTACK_POOLS as ATTACK_POOLS
@@ -26,6 +25,9 @@ from pfedma_flwr.config_checks import REFINE_STYLES as REFINE_STYLES
 from pfedma_flwr.config_checks import config_problems
 from pfedma_flwr.protocol.validation import Limits
 from pfedma_flwr.resources import conf_dir
+
+# the checks' vocabulary stays importable from here (adversary, experiments and tests use it)
+from pfedma_flwr.rules.constants import PHI_DEFAULT, SIM_THRESHOLD
 from pfedma_flwr.rules.modes import RULE_MODES as RULE_MODES
 
 # the repository's conf/, or the copy a wheel ships inside the package (resources.py)
@@ -166,8 +168,8 @@ class RulesConfig:
 
     # full | NR (no rules) | SR (static) | LE (local only) | G2L | L2G
     mode: str = "full"
-    sim_threshold: float = 0.9
-    phi_default: float = 0.3
+    sim_threshold: float = SIM_THRESHOLD
+    phi_default: float = PHI_DEFAULT
     # presidio | regex
     pii: str = "presidio"
     # server's initial global policy: built-in names of pfedma_flwr.rules.policy.GLOBAL_POLICIES

@@ -38,6 +38,7 @@ from pfedma_flwr.client import memory
 from pfedma_flwr.client.memory import FEW_SHOT_SCOPES
 from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pose, read_reply
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
+from pfedma_flwr.config import AgentConfig, RulesConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.privacylens_prompt import case_part
 from pfedma_flwr.data.profiles import AgentProfile
@@ -53,6 +54,7 @@ from pfedma_flwr.protocol.schema import (
     RuleCandidate,
 )
 from pfedma_flwr.protocol.wire import PROGRAM_KINDS, ClientDescription
+from pfedma_flwr.rules.constants import PHI_DEFAULT, SIM_THRESHOLD
 from pfedma_flwr.rules.enforcement import UNCOVERED_ENTITIES
 from pfedma_flwr.rules.guard_rules import initial_guard_rules
 from pfedma_flwr.rules.local_repo import LocalRuleRepository
@@ -68,6 +70,14 @@ logger = logging.getLogger(__name__)
 RESPONSE_FORMATS: tuple[str, ...] = ("reasoning", "json")
 # tokens of the one short re-ask for an answer statement (_repair)
 _REPAIR_TOKENS = 24
+# A constructor default is the run's default, read from the config (issue 31 item 1: they had
+# drifted to few_shot 2, scope batch, 320 tokens, greedy against the run's 0, query, 384, 0.3)
+_AGENT, _RULES = AgentConfig(), RulesConfig()
+
+
+def _profile_or(way: str) -> str | None:
+    """The config's ``profile`` (each profile's own way) is ``None`` here."""
+    return None if way == "profile" else way
 
 
 class ClientAgent:
@@ -86,7 +96,9 @@ class ClientAgent:
     rule_mode : str
         ``rules.mode`` (full / NR / SR / LE / G2L / L2G).
     few_shot, few_shot_scope, experience_size, max_tokens, temperature
-        See ``conf/pfedma.yaml`` (``agent`` section).
+        See ``conf/pfedma.yaml`` (``agent`` section). Every default of this constructor is
+        the run's default, read from :class:`~pfedma_flwr.config.AgentConfig` and
+        :class:`~pfedma_flwr.config.RulesConfig`.
     open_max_tokens : int
         Budget of a message that holds a whole-answer query (an action, a response):
         ``max(max_tokens, open_max_tokens)``.
@@ -127,16 +139,22 @@ class ClientAgent:
 
     def __init__(
         self, *, profile: AgentProfile, backend: Backend, private_data: Sequence[Task],
-        embedder: Embedder, recognizer: PiiRecognizer | None, rule_mode: str = "full",
-        few_shot: int = 2, few_shot_scope: str = "batch", experience_size: int = 32,
-        max_tokens: int = 320, open_max_tokens: int = 512,
-        temperature: float = 0.0, sim_threshold: float = 0.9, phi_default: float = 0.3,
+        embedder: Embedder, recognizer: PiiRecognizer | None,
+        rule_mode: str = _RULES.mode, few_shot: int = _AGENT.few_shot,
+        few_shot_scope: str = _AGENT.few_shot_scope,
+        experience_size: int = _AGENT.experience_size,
+        max_tokens: int = _AGENT.backend.max_tokens,
+        open_max_tokens: int = _AGENT.open_max_tokens,
+        temperature: float = _AGENT.backend.temperature,
+        sim_threshold: float = SIM_THRESHOLD, phi_default: float = PHI_DEFAULT,
         sensitive_items: Sequence[str] = (), limits: Limits = DEFAULT_LIMITS,
         client_key: str = "", hooks: Sequence[AgentHook] = (),
-        response_format: str = "reasoning", seed: int = 0, lessons: int = 1,
-        lesson_min_sim: float = 0.6, reasoning: str | None = None,
-        few_shot_style: str = "turns", option_reasoning: str | None = None,
-        permute_options: bool = False,
+        response_format: str = _AGENT.response_format, seed: int = 0,
+        lessons: int = _AGENT.lessons, lesson_min_sim: float = _AGENT.lesson_min_sim,
+        reasoning: str | None = _profile_or(_AGENT.reasoning),
+        few_shot_style: str = _AGENT.few_shot_style,
+        option_reasoning: str | None = _profile_or(_AGENT.option_reasoning),
+        permute_options: bool = _AGENT.permute_options,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")

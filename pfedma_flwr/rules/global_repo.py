@@ -20,6 +20,7 @@ import numpy as np
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleFeedback
 from pfedma_flwr.protocol.validation import short_id
+from pfedma_flwr.rules.constants import SIM_THRESHOLD
 from pfedma_flwr.rules.feedback import SERVER_RATER, Electorate, client_scores, server_scores
 from pfedma_flwr.rules.global_update import (
     FeedbackReport,
@@ -100,7 +101,7 @@ class GlobalRuleRepository:
     """
 
     def __init__(
-        self, *, embedder: Embedder, sim_threshold: float = 0.9, id_prefix: str = "g",
+        self, *, embedder: Embedder, sim_threshold: float = SIM_THRESHOLD, id_prefix: str = "g",
         max_promotions_per_round: int = 4, max_promotions_per_client: int = 1,
         max_rules: int = 1024, snapshot_size: int = 64, twins: bool = False,
         min_support_clients: int = 2, min_support_share: float = 0.5,

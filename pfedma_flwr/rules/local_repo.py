@@ -16,6 +16,7 @@ from typing import Any
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
 from pfedma_flwr.rules.adaptation import decide_flags
+from pfedma_flwr.rules.constants import PHI_DEFAULT, SIM_THRESHOLD
 from pfedma_flwr.rules.enforcement import (
     UNCOVERED_ENTITIES,
     EnforcementResult,
@@ -319,8 +320,8 @@ class LocalRuleRepository:
         experience: Sequence[str],
         embedder: Embedder,
         *,
-        sim_threshold: float = 0.9,
-        phi_default: float = 0.3,
+        sim_threshold: float = SIM_THRESHOLD,
+        phi_default: float = PHI_DEFAULT,
         recognizer: PiiRecognizer | None = None,
     ) -> AdaptReport:
         """Selective global-to-local adaptation (DESIGN §3.6, seed App. F).

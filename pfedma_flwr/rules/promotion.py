@@ -17,6 +17,7 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import RuleCandidate
+from pfedma_flwr.rules.constants import SIM_THRESHOLD
 from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.model import check_detectors
 from pfedma_flwr.rules.normalize import normalize_text, text_key
@@ -103,7 +104,7 @@ def build_candidate_pool(
     retained: Collection[str],
     embedder: Embedder,
     *,
-    sim_threshold: float = 0.9,
+    sim_threshold: float = SIM_THRESHOLD,
     rng: np.random.Generator,
     max_per_client: int = MAX_CANDIDATES_PER_CLIENT,
     recognizer: PiiRecognizer | None = None,
@@ -199,7 +200,7 @@ def _support_from_sims(sims: np.ndarray, threshold: float) -> np.ndarray:
     return similar.sum(axis=1) / max(1, n - 1)
 
 
-def support_proportions(embeddings: np.ndarray, threshold: float = 0.9) -> np.ndarray:
+def support_proportions(embeddings: np.ndarray, threshold: float = SIM_THRESHOLD) -> np.ndarray:
     """``ζ_i = Supp(ω̄_i) / max(1, |B| − 1)``, ``Supp`` = #{j ≠ i : cos ≥ threshold} (DESIGN §3.2).
 
     Parameters
@@ -237,7 +238,7 @@ def promote(zeta: np.ndarray) -> list[int]:
     return [int(i) for i in np.flatnonzero(z == top)]
 
 
-def owner_support(sims: np.ndarray, owners: Sequence[int], threshold: float = 0.9
+def owner_support(sims: np.ndarray, owners: Sequence[int], threshold: float = SIM_THRESHOLD
                   ) -> np.ndarray:
     """Per candidate, the number of *other contributors* with a candidate at cos ≥ threshold.
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pfedma_flwr.rules.constants import SIM_THRESHOLD
 from pfedma_flwr.rules.promotion import SIM_EPS
 
 
@@ -41,7 +42,7 @@ def resolve(
     h: Sequence[float],
     n: Sequence[int],
     *,
-    threshold: float = 0.9,
+    threshold: float = SIM_THRESHOLD,
     groups: Sequence[Hashable] | None = None,
     credible: Sequence[bool] | None = None,
 ) -> ResolveResult:

@@ -110,3 +110,29 @@ def _default_of(cfg: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         cfg = getattr(cfg, part)
     return cfg
+
+
+def test_a_client_agent_built_without_arguments_runs_the_run_s_defaults():
+    """The drift issue 31 measured (few_shot 2, scope batch, 320 tokens, greedy) is gone."""
+    import inspect
+
+    from pfedma_flwr.client.agent import ClientAgent
+
+    params = inspect.signature(ClientAgent.__init__).parameters
+    cfg = PFedMAConfig()
+    a = cfg.agent
+    expected = {
+        "few_shot": a.few_shot, "few_shot_scope": a.few_shot_scope,
+        "experience_size": a.experience_size, "max_tokens": a.backend.max_tokens,
+        "open_max_tokens": a.open_max_tokens, "temperature": a.backend.temperature,
+        "response_format": a.response_format, "lessons": a.lessons,
+        "lesson_min_sim": a.lesson_min_sim, "few_shot_style": a.few_shot_style,
+        "permute_options": a.permute_options, "option_reasoning": a.option_reasoning,
+        "rule_mode": cfg.rules.mode, "sim_threshold": cfg.rules.sim_threshold,
+        "phi_default": cfg.rules.phi_default,
+    }
+    got = {k: params[k].default for k in expected}
+    assert got == expected
+    # the values the measurement found drifted, by hand from conf/pfedma.yaml
+    assert (got["few_shot"], got["few_shot_scope"], got["max_tokens"], got["temperature"]) == \
+        (0, "query", 384, 0.3)
