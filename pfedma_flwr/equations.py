@@ -13,8 +13,8 @@
 
 from pfedma_flwr.anomaly.scores import anomaly_score
 from pfedma_flwr.routing.state import update_routing_state
-from pfedma_flwr.rules.local_repo import local_utility
-from pfedma_flwr.rules.promotion import (
+from pfedma_flwr.rules.client.local_repo import local_utility
+from pfedma_flwr.rules.server.promotion import (
     feedback_score,
     promote,
     support_proportions,

@@ -54,11 +54,11 @@ from pfedma_flwr.protocol.schema import (
     RuleCandidate,
 )
 from pfedma_flwr.protocol.wire import PROGRAM_KINDS, ClientDescription
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
+from pfedma_flwr.rules.client.outgoing import check_outgoing, client_secrets
 from pfedma_flwr.rules.constants import PHI_DEFAULT, SIM_THRESHOLD
 from pfedma_flwr.rules.enforcement import UNCOVERED_ENTITIES
 from pfedma_flwr.rules.guard_rules import initial_guard_rules
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
-from pfedma_flwr.rules.outgoing import check_outgoing, client_secrets
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.policy import initial_local_rules, profile_entities
 from pfedma_flwr.rules.private_facts import PRIVATE_FACT

@@ -29,10 +29,10 @@ from pfedma_flwr.agents.tool_plan import (
 )
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.protocol.schema import RoutedQuery, RuleCandidate, StructuredResponse
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.generalize import generalize, is_shareable
 from pfedma_flwr.rules.guard_catalogue import safety_rule
 from pfedma_flwr.rules.guard_rules import guard_rule, held_safety_rules, uncovered_safety_rules
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
 
 #: Task formats posed here (the others are chain-of-thought ``qa``).
 BENCHMARK_FORMATS = ("guard", "tool_plan")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pfedma_flwr.rules.local_repo import LocalRuleRepository, RuleMode
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository, RuleMode
 
 STATE_VERSION = 1
 

@@ -1,8 +1,16 @@
-"""Privacy rules: the client's local repository and the server's global repository (DESIGN §3–4).
+"""Privacy rules (DESIGN §3–4), arranged by side.
 
-The client's private rule store (:mod:`pfedma_flwr.rules.local_repo`) is not re-exported here:
-server code imports this package's modules, and loading it must not load the client's store
-(``tests/unit/test_import_contracts.py``). Client code imports ``rules.local_repo`` directly.
+- ``pfedma_flwr.rules`` (this package's modules): what both sides use — the rule model
+  (:mod:`.model`), detection (PII recognizers, private facts, spans, normalisation, the
+  pattern safety budget), enforcement and generalisation, the initial policies and the modes.
+- :mod:`pfedma_flwr.rules.client`: the client's private rule store ``Ω_i`` and what works on
+  it (adaptation, relevance to ``X_i``, the outgoing check). Never loaded by server code.
+- :mod:`pfedma_flwr.rules.server`: the server's global repository ``Ω_global``, the
+  candidate pool and promotion, feedback, H-scores and Resolve. Never loaded by client code.
+
+The import contracts (``tests/unit/test_import_contracts.py``) check the two boundaries on
+the folder layout. This package re-exports only the shared names, so importing it loads
+neither side.
 """
 
 from pfedma_flwr.rules.enforcement import (
@@ -14,7 +22,6 @@ from pfedma_flwr.rules.enforcement import (
     find_uncovered,
 )
 from pfedma_flwr.rules.generalize import canonical_text, generalize, rule_from_uncovered
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository, resolve
 from pfedma_flwr.rules.model import PrivacyRule, find_spans
 from pfedma_flwr.rules.pii import (
     PiiRecognizer,
@@ -22,20 +29,10 @@ from pfedma_flwr.rules.pii import (
     RegexPiiRecognizer,
     get_recognizer,
 )
-from pfedma_flwr.rules.promotion import (
-    CandidatePool,
-    build_candidate_pool,
-    feedback_score,
-    promote,
-    support_proportions,
-    update_h_score,
-)
 from pfedma_flwr.rules.safety import MatchBudget, UnsafePatternError, check_pattern
 
 __all__ = [
-    "CandidatePool",
     "EnforcementResult",
-    "GlobalRuleRepository",
     "MatchBudget",
     "PiiRecognizer",
     "PresidioPiiRecognizer",
@@ -45,18 +42,12 @@ __all__ = [
     "Uncovered",
     "UnsafePatternError",
     "apply_query_rules",
-    "build_candidate_pool",
     "canonical_text",
     "check_pattern",
     "enforce_response",
-    "feedback_score",
     "find_spans",
     "find_uncovered",
     "generalize",
     "get_recognizer",
-    "promote",
-    "resolve",
     "rule_from_uncovered",
-    "support_proportions",
-    "update_h_score",
 ]

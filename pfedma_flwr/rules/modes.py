@@ -1,7 +1,7 @@
 """Client-side rule policy pieces: the mode switch, the local utility ``Φ`` and adaptation logs.
 
 DESIGN §3.6 and the rule-evolution ablations of seed §4.3; used by
-:class:`~pfedma_flwr.rules.local_repo.LocalRuleRepository` (which re-exports them).
+:class:`~pfedma_flwr.rules.client.local_repo.LocalRuleRepository` (which re-exports them).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def local_utility(rel: float, n_trigger: int, n_valid: int, n_conflict: int) -> 
 def relevance(rule_emb: np.ndarray, experience_embs: np.ndarray) -> float:
     """The seed's ``Rel = max(0, max_x cos(e(ω), e(x)))``, 0 for an empty buffer (DESIGN §3.6).
 
-    Kept for reference: adaptation uses :func:`~pfedma_flwr.rules.relevance.detector_relevance`
+    Kept for reference: adaptation uses :func:`.client.relevance.detector_relevance`
     (this one stayed below ``phi_default`` on every benchmark, docs/rules.md).
     """
     exp = np.asarray(experience_embs, dtype=np.float32)

@@ -20,9 +20,9 @@ from pfedma_flwr.embeddings import Embedder, get_embedder
 from pfedma_flwr.registry import Registry
 from pfedma_flwr.routing.orchestrator import ORCHESTRATORS, BaseOrchestrator, Orchestrator
 from pfedma_flwr.routing.state import RoutingTable
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.rules.policy import initial_global_rules, new_id_prefix
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 from pfedma_flwr.server.engine import CollaborationEngine, EngineSettings
 
 

@@ -41,9 +41,9 @@ from pfedma_flwr.routing.base import (
 )
 from pfedma_flwr.routing.state import RoutingTable
 from pfedma_flwr.rules.enforcement import apply_query_rules
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.pii import PiiRecognizer
-from pfedma_flwr.rules.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.server.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
 from pfedma_flwr.server.capability import Consensus, leave_one_out_quality, lone_answer_signals
 from pfedma_flwr.server.query_state import (
     EngineSettings,

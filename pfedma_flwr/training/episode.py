@@ -27,7 +27,7 @@ from pfedma_flwr.protocol.codec import ClientDescription
 from pfedma_flwr.protocol.schema import ClientReply, ProcessedResponse, SchemaError
 from pfedma_flwr.routing.llm_orchestrator import LLMOrchestrator
 from pfedma_flwr.routing.state import RoutingTable
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 from pfedma_flwr.server.engine import CollaborationEngine
 from pfedma_flwr.server.query_state import EngineSettings
 

@@ -273,7 +273,7 @@ def test_engine_error_on_one_clients_content_is_that_clients_failure(
     """A reply that parses but makes the engine raise (here: a planted fault in the anomaly
     evaluation, or in the candidate pool after queries already finished) costs only its
     sender: recorded as ``engine_error``, the round absorbed without it, nothing duplicated."""
-    from pfedma_flwr.rules import server_flow
+    from pfedma_flwr.rules.server import server_flow
     from pfedma_flwr.server import engine as collaboration
 
     poison = "POISON"

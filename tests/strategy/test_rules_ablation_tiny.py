@@ -128,7 +128,7 @@ def test_feedback_moves_h_where_rules_are_redistributed(runs):
         h = [log.get("h_scores", {}) for log in logs]
         moved = {rid for rid, v in (h[-1] if h else {}).items() if v[:2] != [0.0, 0]}
         # the server rates the query rules P_in applied (clients' rows for query rules are
-        # ignored, rules/feedback.py): those H move wherever the server runs global rules
+        # ignored, rules/server/feedback.py): those H move wherever the server runs global rules
         server = {rid for log in logs for rid in log.get("server_rated", ())}
         assert moved >= server, m
         # clients' Δ-count rows exist only where rules are redistributed, and only they move

@@ -36,8 +36,8 @@ from pfedma_flwr.rules.guard_rules import (
 )
 from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.policy import initial_global_rules
-from pfedma_flwr.rules.promotion import candidate_problem
 from pfedma_flwr.rules.query_rules import apply_query_rules
+from pfedma_flwr.rules.server.promotion import candidate_problem
 
 R3 = safety_rule("R3")
 

@@ -50,12 +50,14 @@ SERVER_ROOTS = (
     "pfedma_flwr.server.progress",
 )
 # The client's private rule store and the agent holding it: never loaded by the server.
+# The folder is the boundary (issue 31 item 6): everything under rules/client/.
 CLIENT_PRIVATE = (
-    "pfedma_flwr.rules.local_repo",
-    "pfedma_flwr.rules.local_entries",
+    "pfedma_flwr.rules.client",
     "pfedma_flwr.client",
     "client_apps",
 )
+# The server's rule repository, promotion and Resolve: never loaded by the client side.
+SERVER_RULES = ("pfedma_flwr.rules.server",)
 # Modules that may import Flower (flwr, flwr_datasets): the codec, the ServerApp, the
 # in-process test grid, the flwr-datasets partitioners, the Strategy and ClientApp shells,
 # and the harness.
@@ -173,11 +175,12 @@ def test_scanner_sees_function_local_relative_and_importlib_imports(tmp_path):
 
 def test_graph_follows_parent_packages():
     g = _graph()
-    # importing rules.global_repo runs rules/__init__ first
-    assert "pfedma_flwr.rules" in g["pfedma_flwr.rules.global_repo"]
+    # importing rules.server.global_repo runs rules/__init__ and rules/server/__init__ first
+    assert {"pfedma_flwr.rules", "pfedma_flwr.rules.server"} <= \
+        g["pfedma_flwr.rules.server.global_repo"]
     # "from pfedma_flwr.x import Name" depends on the module x, not on a module "x.Name"
     assert "pfedma_flwr.protocol.wire" in g["pfedma_flwr.protocol.codec"]
-    assert "pfedma_flwr.rules.global_repo" in _closure(g, "pfedma_flwr.server.engine")
+    assert "pfedma_flwr.rules.server.global_repo" in _closure(g, "pfedma_flwr.server.engine")
 
 
 # ------------------------------------------------------------------ Flower
@@ -281,3 +284,25 @@ def test_server_modules_never_load_the_client_rule_store():
     loaded = _loaded_after_import(*SERVER_ROOTS, "strategies.pfedma")
     assert "pfedma_flwr.server.engine" in loaded
     assert sorted(m for m in loaded if _under(m, CLIENT_PRIVATE)) == []
+
+
+def test_rules_are_arranged_by_side_and_neither_side_reaches_the_other():
+    g = _graph()
+    client_side = [m for m in g if _under(m, ("pfedma_flwr.client", "client_apps",
+                                               "pfedma_flwr.rules.client"))]
+    reached = {m: sorted(d for d in _closure(g, m) if _under(d, SERVER_RULES))
+               for m in client_side}
+    assert len(client_side) >= 10
+    assert reached == {m: [] for m in client_side}
+    # the shared rule modules reach neither side's rule store
+    shared = [m for m in g if _under(m, ("pfedma_flwr.rules",))
+              and not _under(m, CLIENT_PRIVATE + SERVER_RULES)]
+    sides = {m: sorted(d for d in _closure(g, m) if _under(d, CLIENT_PRIVATE + SERVER_RULES))
+             for m in shared}
+    assert len(shared) >= 15
+    assert sides == {m: [] for m in shared}
+    # the side of each moved module is its folder
+    for m in ("local_repo", "local_entries", "adaptation", "outgoing", "relevance"):
+        assert f"pfedma_flwr.rules.client.{m}" in g
+    for m in ("global_repo", "global_update", "promotion", "resolve", "server_flow", "feedback"):
+        assert f"pfedma_flwr.rules.server.{m}" in g

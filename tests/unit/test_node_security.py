@@ -35,7 +35,7 @@ from pfedma_flwr.config import (
 )
 from pfedma_flwr.protocol.codec import QUERY_DESCRIBE
 from pfedma_flwr.registry import PluginImportRefused, Registry, plugin_imports
-from pfedma_flwr.rules.local_repo import RuleMode
+from pfedma_flwr.rules.client.local_repo import RuleMode
 from pfedma_flwr.testing import FakeGrid
 
 PROBE = "pfedma_probe_plugin"

@@ -128,7 +128,7 @@ def test_config_node_policy_engine_and_agent_agree_with_the_enum():
     from pfedma_flwr import config
     from pfedma_flwr.client import node_security
     from pfedma_flwr.client.agent import parse_rule_mode
-    from pfedma_flwr.rules import server_flow
+    from pfedma_flwr.rules.server import server_flow
 
     assert config.RULE_MODES is RULE_MODES
     assert node_security.RULE_MODE_RANK == {m.config_name: m.rank for m in RuleMode}

@@ -26,7 +26,7 @@ from pfedma_flwr.protocol.schema import (
     StructuredResponse,
 )
 from pfedma_flwr.rules import model, safety
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.model import PrivacyRule, find_spans
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
 from pfedma_flwr.rules.safety import (

@@ -13,8 +13,8 @@ import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
-from pfedma_flwr.rules.promotion import CandidatePool, admit, build_candidate_pool
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.server.promotion import CandidatePool, admit, build_candidate_pool
 
 EMB = HashingEmbedder(dim=256)
 #: the seed's rules (a singleton pool promotes, one rater counts), for the cap mechanics alone

@@ -22,11 +22,11 @@ from pfedma_flwr.protocol.schema import (
     RuleCandidate,
     StructuredResponse,
 )
+from pfedma_flwr.rules.client.local_repo import MAX_LOCAL_RULES, LocalRuleRepository
+from pfedma_flwr.rules.client.outgoing import BLOCKED, check_outgoing, client_secrets
+from pfedma_flwr.rules.client.relevance import detector_relevance, fire_matrix
 from pfedma_flwr.rules.enforcement import Uncovered
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
-from pfedma_flwr.rules.local_repo import MAX_LOCAL_RULES, LocalRuleRepository
 from pfedma_flwr.rules.model import PrivacyRule
-from pfedma_flwr.rules.outgoing import BLOCKED, check_outgoing, client_secrets
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
 from pfedma_flwr.rules.policy import (
     initial_global_rules,
@@ -34,7 +34,7 @@ from pfedma_flwr.rules.policy import (
     new_id_prefix,
     profile_entities,
 )
-from pfedma_flwr.rules.relevance import detector_relevance, fire_matrix
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 
 REC = RegexPiiRecognizer()
 EMAIL_RULE = PrivacyRule(rule_id="e", text="do not reveal email address in responses",
@@ -230,7 +230,7 @@ def test_seeded_global_ids_unique_per_repository_and_resume_adds_nothing():
 
 
 def test_promoted_response_rule_gets_an_active_query_twin():
-    from pfedma_flwr.rules.promotion import build_candidate_pool
+    from pfedma_flwr.rules.server.promotion import build_candidate_pool
 
     emb = HashingEmbedder()
     cand = RuleCandidate(text="do not reveal location, person in responses",

@@ -11,8 +11,8 @@ import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.protocol.schema import RuleCandidate, RuleFeedback
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository, resolve
-from pfedma_flwr.rules.promotion import (
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository, resolve
+from pfedma_flwr.rules.server.promotion import (
     CandidatePool,
     build_candidate_pool,
     feedback_score,

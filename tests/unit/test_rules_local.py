@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.protocol.schema import GlobalRule
+from pfedma_flwr.rules.client.local_repo import (
+    LocalRuleRepository,
+    RuleMode,
+    local_utility,
+    relevance,
+)
 from pfedma_flwr.rules.enforcement import EnforcementResult, RuleOutcome, Uncovered
-from pfedma_flwr.rules.local_repo import LocalRuleRepository, RuleMode, local_utility, relevance
 from pfedma_flwr.rules.model import PrivacyRule
 
 

@@ -28,14 +28,14 @@ import pytest
 from pfedma_flwr.client.agent import parse_rule_mode
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.protocol.schema import Claim, GlobalRule, RuleFeedback, StructuredResponse
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
-from pfedma_flwr.rules.global_update import TWIN_MIN_EVALS, confirmed, new_twins
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.pii import PiiSpan, RegexPiiRecognizer
 from pfedma_flwr.rules.policy import initial_global_rules
-from pfedma_flwr.rules.promotion import build_candidate_pool
 from pfedma_flwr.rules.query_rules import apply_query_rules
-from pfedma_flwr.rules.server_flow import PROMOTE_MODES, REDISTRIBUTE_MODES
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.server.global_update import TWIN_MIN_EVALS, confirmed, new_twins
+from pfedma_flwr.rules.server.promotion import build_candidate_pool
+from pfedma_flwr.rules.server.server_flow import PROMOTE_MODES, REDISTRIBUTE_MODES
 
 QUERY = "Ann Lee (ann@example.org) asks about the visit"
 NAME = "Ann Lee"

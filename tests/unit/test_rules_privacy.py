@@ -19,9 +19,9 @@ from pfedma_flwr.protocol.schema import (
     ProcessedResponse,
     StructuredResponse,
 )
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.enforcement import find_uncovered
 from pfedma_flwr.rules.generalize import generalize
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.pii import RegexPiiRecognizer, get_presidio_engine, get_recognizer
 

@@ -14,7 +14,7 @@ import pytest
 from pfedma_flwr.data.benchmarks import load_benchmark
 from pfedma_flwr.data.privacylens_prompt import case_part
 from pfedma_flwr.embeddings import get_embedder
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.pii import get_recognizer
 from pfedma_flwr.rules.policy import initial_global_rules
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.protocol.schema import Claim, GlobalRule, StructuredResponse
 from pfedma_flwr.rules import model, safety
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.enforcement import enforce_response
-from pfedma_flwr.rules.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.model import PrivacyRule, find_spans
 from pfedma_flwr.rules.safety import (
     MAX_REPEAT,

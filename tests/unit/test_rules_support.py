@@ -13,15 +13,15 @@ import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback
-from pfedma_flwr.rules.feedback import SERVER_RATER, Electorate, client_scores, credible
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.client.outgoing import holds_secret
 from pfedma_flwr.rules.model import PrivacyRule, find_spans
 from pfedma_flwr.rules.normalize import normalized_with_map, original_span, text_key
-from pfedma_flwr.rules.outgoing import holds_secret
 from pfedma_flwr.rules.pii import PiiSpan
 from pfedma_flwr.rules.policy import initial_global_rules
 from pfedma_flwr.rules.probe import bare_answers, entity_problem, probe_corpus
-from pfedma_flwr.rules.promotion import (
+from pfedma_flwr.rules.server.feedback import SERVER_RATER, Electorate, client_scores, credible
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.server.promotion import (
     CandidatePool,
     build_candidate_pool,
     candidate_problem,

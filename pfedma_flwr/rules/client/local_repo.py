@@ -15,7 +15,14 @@ from typing import Any
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
-from pfedma_flwr.rules.adaptation import decide_flags
+from pfedma_flwr.rules.client.adaptation import decide_flags
+from pfedma_flwr.rules.client.local_entries import (
+    Entry,
+    covering_inactive,
+    entry_from_dict,
+    entry_to_dict,
+    eviction_victim,
+)
 from pfedma_flwr.rules.constants import PHI_DEFAULT, SIM_THRESHOLD
 from pfedma_flwr.rules.enforcement import (
     UNCOVERED_ENTITIES,
@@ -25,13 +32,6 @@ from pfedma_flwr.rules.enforcement import (
     find_uncovered,
 )
 from pfedma_flwr.rules.generalize import generalize, is_shareable, rule_from_uncovered
-from pfedma_flwr.rules.local_entries import (
-    Entry,
-    covering_inactive,
-    entry_from_dict,
-    entry_to_dict,
-    eviction_victim,
-)
 from pfedma_flwr.rules.model import PrivacyRule, from_global
 from pfedma_flwr.rules.modes import AdaptDecision, AdaptReport, RuleMode, local_utility, relevance
 from pfedma_flwr.rules.pii import PiiRecognizer
@@ -332,9 +332,9 @@ class LocalRuleRepository:
         whose detectors fail :func:`~pfedma_flwr.rules.model.check_detectors` is quarantined.
         Global copies not in ``global_rules`` are stale and dropped (what they displaced is
         re-activated). Each remaining copy is then turned on or off by ``Φ`` against its local
-        counterpart or ``phi_default`` (:func:`~pfedma_flwr.rules.adaptation.decide_flags`:
+        counterpart or ``phi_default`` (:func:`~pfedma_flwr.rules.client.adaptation.decide_flags`:
         a literal-bearing local rule is never switched off). ``Rel`` in ``Φ`` fires the rule's
-        detectors on the last :data:`~pfedma_flwr.rules.relevance.MAX_ITEMS` experience items
+        detectors on the last :data:`~pfedma_flwr.rules.client.relevance.MAX_ITEMS` experience items
         (``recognizer`` fires entity types; without one the regex recognizer stands in).
         Re-adapting a global id updates its stored copy (counters kept), never duplicates it.
         """

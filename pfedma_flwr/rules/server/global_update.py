@@ -1,6 +1,6 @@
 """Parts of one ``RuleUpdate`` besides promotion: round-log reports, equivalence, ``P_in`` twins.
 
-Used by :class:`~pfedma_flwr.rules.global_repo.GlobalRuleRepository` (which re-exports the
+Used by :class:`~pfedma_flwr.rules.server.global_repo.GlobalRuleRepository` (which re-exports the
 reports). Pure functions over :class:`~pfedma_flwr.protocol.schema.GlobalRule` lists.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.model import check_detectors
 from pfedma_flwr.rules.policy import query_twins
-from pfedma_flwr.rules.promotion import SimilarityStats
+from pfedma_flwr.rules.server.promotion import SimilarityStats
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class FeedbackReport:
     unknown: tuple[str, ...]
     ignored_zero: int
     #: rows (or rule scores) not counted, per reason: zero_trigger, query_scope, not_held,
-    #: implausible (rules/feedback.py)
+    #: implausible (rules/server/feedback.py)
     ignored: dict[str, int] = dataclasses.field(default_factory=dict)
     #: unknown ids in all (``unknown`` lists at most 16, as bounded excerpts)
     n_unknown: int = 0

@@ -14,10 +14,10 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import ClientReply
-from pfedma_flwr.rules.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.modes import RuleMode
 from pfedma_flwr.rules.pii import PiiRecognizer
-from pfedma_flwr.rules.promotion import build_candidate_pool
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
+from pfedma_flwr.rules.server.promotion import build_candidate_pool
 
 # Which rule flows run on the server per rules.mode (DESIGN §5 ablations NR/SR/LE/G2L/L2G):
 # promotion where clients upload, redistribution where they adopt (one definition: RuleMode).
@@ -66,7 +66,7 @@ def evolve_global_rules(
         The server's recognizer: candidates' entity types are probed with it.
     query_fired : Mapping[str, int], optional
         Query rules ``P_in`` applied while planning this round: the server rates those
-        (client rows for query rules are ignored; rules/feedback.py).
+        (client rows for query rules are ignored; rules/server/feedback.py).
     """
     if mode not in PROMOTE_MODES and mode not in REDISTRIBUTE_MODES:
         return {"mode": mode, "promoted": 0}

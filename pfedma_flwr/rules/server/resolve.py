@@ -1,6 +1,6 @@
 """``Resolve`` (DESIGN §3.5): cluster rules by similarity, merge equivalents, pick the active one.
 
-Pure function over arrays; :class:`~pfedma_flwr.rules.global_repo.GlobalRuleRepository` calls it
+Pure function over arrays; :class:`.global_repo.GlobalRuleRepository` calls it
 after every promotion.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pfedma_flwr.rules.constants import SIM_THRESHOLD
-from pfedma_flwr.rules.promotion import SIM_EPS
+from pfedma_flwr.rules.server.promotion import SIM_EPS
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def resolve(
     scopes), rows of different groups never share a cluster: a query rule and a response rule
     of one constraint act in different places and must not switch each other off. With
     ``credible`` (issue 30), a representative none of whose merged rows has a credible H
-    (:func:`~pfedma_flwr.rules.feedback.credible`) ranks at H = 0: a minority's ratings
+    (:func:`~pfedma_flwr.rules.server.feedback.credible`) ranks at H = 0: a minority's ratings
     cannot switch the active rule.
     """
     e = np.asarray(embeddings, dtype=np.float32)

@@ -3,7 +3,7 @@
 DESIGN §3.1–3.5, seed App. F. ``RuleUpdate`` = :meth:`GlobalRuleRepository.apply_feedback`
 (H-scores from ``F^t``) followed by :meth:`GlobalRuleRepository.update` (promote ``G^t`` from the
 pool and :func:`resolve` the union). The pure formulas live in
-:mod:`pfedma_flwr.rules.promotion` and are re-exported here. Hostile clients bound what they can
+:mod:`.promotion` and are re-exported here. Hostile clients bound what they can
 add: promotions are capped per round and per contributor (:func:`admit`), the repository and the
 redistributed snapshot are capped, and a rule that fails at run time is quarantined.
 """
@@ -21,8 +21,11 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleFeedback
 from pfedma_flwr.protocol.validation import short_id
 from pfedma_flwr.rules.constants import SIM_THRESHOLD
-from pfedma_flwr.rules.feedback import SERVER_RATER, Electorate, client_scores, server_scores
-from pfedma_flwr.rules.global_update import (
+from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE, catalogue_problem
+from pfedma_flwr.rules.model import check_detectors
+from pfedma_flwr.rules.normalize import text_key
+from pfedma_flwr.rules.server.feedback import SERVER_RATER, Electorate, client_scores, server_scores
+from pfedma_flwr.rules.server.global_update import (
     FeedbackReport,
     UpdateReport,
     confirmed,
@@ -30,10 +33,7 @@ from pfedma_flwr.rules.global_update import (
     new_twins,
     spec_key,
 )
-from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE, catalogue_problem
-from pfedma_flwr.rules.model import check_detectors
-from pfedma_flwr.rules.normalize import text_key
-from pfedma_flwr.rules.promotion import (
+from pfedma_flwr.rules.server.promotion import (
     CandidatePool,
     SimilarityStats,
     admit,
@@ -45,7 +45,7 @@ from pfedma_flwr.rules.promotion import (
     support_proportions,
     update_h_score,
 )
-from pfedma_flwr.rules.resolve import ResolveResult, resolve
+from pfedma_flwr.rules.server.resolve import ResolveResult, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +91,12 @@ class GlobalRuleRepository:
         Rules redistributed per message (:meth:`snapshot`: highest H first, then oldest).
     twins : bool
         Whether a promoted or feedback-confirmed response rule also adds its ``P_in`` twin
-        (:func:`~pfedma_flwr.rules.global_update.new_twins`).
+        (:func:`~pfedma_flwr.rules.server.global_update.new_twins`).
     min_support_clients, min_support_share : int, float
         Distinct clients (and share of the round's uploaders) a candidate needs to be promoted
-        (:func:`~pfedma_flwr.rules.promotion.promote_supported`), and distinct raters (and
+        (:func:`~pfedma_flwr.rules.server.promotion.promote_supported`), and distinct raters (and
         share of the clients that held the rule) before its H may rank it in Resolve
-        (:func:`~pfedma_flwr.rules.feedback.credible`). ``1`` and ``0.0``: the seed's rules
+        (:func:`~pfedma_flwr.rules.server.feedback.credible`). ``1`` and ``0.0``: the seed's rules
         (a singleton pool promotes, any rating counts).
     """
 
@@ -192,7 +192,7 @@ class GlobalRuleRepository:
         self, feedback_by_client: Mapping[str, Sequence[RuleFeedback]], *,
         check_held: bool = False, max_triggers: Mapping[str, int] | None = None,
     ) -> FeedbackReport:
-        """Update H-scores from ``F^t`` (DESIGN §3.3–3.4, :mod:`~pfedma_flwr.rules.feedback`).
+        """Update H-scores from ``F^t`` (DESIGN §3.3–3.4, :mod:`.feedback`).
 
         Each client counts once per rule: its rows for one id (after merge aliases) are summed
         before scoring. Rows with ``Δn_trigger = 0`` are not evaluable and are ignored, rows for
@@ -246,7 +246,7 @@ class GlobalRuleRepository:
 
         New rules start at ``H = 0, N = 0``; a promoted candidate equivalent to an existing rule
         merges into it (no new id). With ``twins``, promoted rules and response rules that
-        feedback confirmed (:func:`~pfedma_flwr.rules.global_update.confirmed`) add their
+        feedback confirmed (:func:`~pfedma_flwr.rules.server.global_update.confirmed`) add their
         ``P_in`` twins. Nothing is removed; only active flags change.
         """
         if pool.embeddings.shape[1] != self._emb.shape[1]:

@@ -1,6 +1,6 @@
 """The adoption decision of redistributed global rules on one client (DESIGN §3.6, issue 12).
 
-:meth:`~pfedma_flwr.rules.local_repo.LocalRuleRepository.adapt` stores the snapshot's rules as
+:meth:`.local_repo.LocalRuleRepository.adapt` stores the snapshot's rules as
 inactive global copies, then calls :func:`decide_flags`, which sets every copy's flag and that
 of its local counterpart from ``Φ``.
 """
@@ -13,10 +13,10 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule
-from pfedma_flwr.rules.local_entries import Entry
+from pfedma_flwr.rules.client.local_entries import Entry
+from pfedma_flwr.rules.client.relevance import MAX_ITEMS, detector_relevance, fire_matrix
 from pfedma_flwr.rules.modes import AdaptDecision, local_utility
 from pfedma_flwr.rules.pii import PiiRecognizer
-from pfedma_flwr.rules.relevance import MAX_ITEMS, detector_relevance, fire_matrix
 from pfedma_flwr.rules.safety import MatchBudget
 
 
@@ -35,8 +35,8 @@ def decide_flags(
 ) -> list[AdaptDecision]:
     """Turn each global copy of ``kept`` (stored as ``g:<id>``) on or off, in ``kept``'s order.
 
-    ``Rel`` is :func:`~pfedma_flwr.rules.relevance.detector_relevance` over the last
-    :data:`~pfedma_flwr.rules.relevance.MAX_ITEMS` experience items, for every stored rule in
+    ``Rel`` is :func:`~pfedma_flwr.rules.client.relevance.detector_relevance` over the last
+    :data:`~pfedma_flwr.rules.client.relevance.MAX_ITEMS` experience items, for every stored rule in
     one encode call. A copy's counterpart is the most similar *local-origin* rule of its scope
     with cos ≥ ``sim_threshold`` that is active or that this same copy displaced; with one, the
     copy is active iff ``Φ(ω_g) > Φ(ω_l)`` and a counterpart without literals takes the

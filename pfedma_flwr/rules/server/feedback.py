@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pfedma_flwr.protocol.schema import RuleFeedback
-from pfedma_flwr.rules.promotion import feedback_score
+from pfedma_flwr.rules.server.promotion import feedback_score
 
 #: The rater key of the server's own ``P_in`` enforcement.
 SERVER_RATER = "@server"
@@ -120,7 +120,7 @@ def credible(raters: Collection[str], holders: Collection[str], *, min_clients: 
 class Electorate:
     """Who was sent each global rule (its holders) and whose ratings counted (its raters).
 
-    Server-side bookkeeping of :class:`~pfedma_flwr.rules.global_repo.GlobalRuleRepository`
+    Server-side bookkeeping of :class:`~pfedma_flwr.rules.server.global_repo.GlobalRuleRepository`
     (module docstring). ``population`` is the federation's size (the engine sets it).
     """
 
