@@ -1,0 +1,200 @@
+"""Where a federation loses the questions a reference run answers: per-query evidence (issue 33).
+
+``python -m pfedma_flwr.experiments.diagnose RUN --reference REF [--output FILE.md]`` reads two
+run directories over the same questions (a federation and, e.g., the best single agent) and
+sorts every question the run got wrong by the first mechanism that lost it:
+
+- ``never_produced``: no agent answered correctly in any round (the agents, their ways of
+  working and the routing that picked them);
+- ``filtered``: a correct answer arrived but the anomaly filter removed every correct one;
+- ``outvoted``: a correct answer was retained, yet ``z`` chose another (aggregation, or a
+  stop before the correct side won).
+
+It also reports each client's accuracy over its own answers (round 1 only: independent
+attempts) and the share of queries the federation stopped after one round on a wrong
+agreement. Nothing here uses ground truth during a run; gold is read from the run's records
+and the benchmark files only to score what the run did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pfedma_flwr.answers import is_correct
+from pfedma_flwr.data.benchmarks import Task, load_benchmark
+from pfedma_flwr.experiments.analysis import RunData, load_run
+
+LOSSES = ("never_produced", "filtered", "outvoted")
+
+
+@dataclass
+class QueryTrace:
+    """One query of a run: its answers by round and client, and how each was scored."""
+
+    query_id: str
+    benchmark: str
+    correct: bool
+    stop_reason: str
+    rounds: int
+    # (round, client, answer, retained, correct)
+    answers: list[tuple[int, str, str, bool, bool]] = field(default_factory=list)
+
+    def loss(self) -> str | None:
+        """The first mechanism that lost a wrongly answered query (module docstring)."""
+        if self.correct:
+            return None
+        right = [a for a in self.answers if a[4]]
+        if not right:
+            return "never_produced"
+        if not any(a[3] for a in right):
+            return "filtered"
+        return "outvoted"
+
+
+def _tasks(run: RunData) -> dict[str, Task]:
+    out: dict[str, Task] = {}
+    for bench in dict.fromkeys(str(r.get("benchmark", "")) for r in run.queries):
+        out.update({t.task_id: t for t in load_benchmark(bench, run.cfg.data.data_dir or None)})
+    return out
+
+
+def traces(run: RunData) -> dict[str, QueryTrace]:
+    """Every gold-scored query of ``run`` with its answers (from ``rounds.jsonl``)."""
+    tasks = _tasks(run)
+    out = {str(r["query_id"]): QueryTrace(
+        query_id=str(r["query_id"]), benchmark=str(r.get("benchmark", "")),
+        correct=bool(r["correct"]), stop_reason=str(r.get("stop_reason", "")),
+        rounds=int(r.get("rounds", 0)))
+        for r in run.queries if r.get("correct") is not None}
+    for rnd in run.rounds:
+        for q in rnd.get("queries", []):
+            tr = out.get(str(q.get("query_id", "")))
+            task = tasks.get(tr.query_id) if tr is not None else None
+            if tr is None or task is None:
+                continue
+            anomaly = q.get("anomaly", {})
+            for client, view in sorted(q.get("responses", {}).items()):
+                if not isinstance(view, Mapping) or not str(view.get("answer", "")).strip():
+                    continue
+                answer = str(view["answer"])
+                ok = is_correct(answer, task.gold, task.answer_kind,
+                                options=task.options or None)
+                tr.answers.append((int(q.get("t", 0)), client, answer,
+                                   bool(anomaly.get(client, {}).get("retained", False)),
+                                   bool(ok)))
+    return out
+
+
+def client_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Client → benchmark → (correct, answered) over its round-1 answers."""
+    acc: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for t in tr.values():
+        for rnd, client, _a, _ret, ok in t.answers:
+            if rnd == 1:
+                acc[client][t.benchmark][0] += ok
+                acc[client][t.benchmark][1] += 1
+    return {c: {b: (v[0], v[1]) for b, v in sorted(per.items())} for c, per in sorted(acc.items())}
+
+
+def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]:
+    """The loss of every wrong query of ``run_dir``, and against ``reference_dir`` if given."""
+    run = load_run(run_dir)
+    tr = traces(run)
+    ref = {str(r["query_id"]): bool(r["correct"])
+           for r in load_run(reference_dir).queries if r.get("correct") is not None} \
+        if reference_dir is not None else {}
+    losses: dict[str, Counter[str]] = defaultdict(Counter)
+    lost_vs_ref: list[dict[str, Any]] = []
+    won_vs_ref: list[dict[str, Any]] = []
+    wrong_stop = 0
+    for qid, t in sorted(tr.items()):
+        loss = t.loss()
+        if loss is not None:
+            losses[t.benchmark][loss] += 1
+            if t.rounds == 1 and len(t.answers) > 1 and len({a[2] for a in t.answers}) == 1:
+                wrong_stop += 1
+        if qid in ref and ref[qid] != t.correct:
+            rec = {"query_id": qid, "benchmark": t.benchmark, "loss": loss,
+                   "stop_reason": t.stop_reason, "rounds": t.rounds,
+                   "answers": [f"r{a[0]} {a[1]}: {a[2][:24]}{'' if a[3] else ' (filtered)'}"
+                               f"{' ✓' if a[4] else ''}" for a in t.answers]}
+            (won_vs_ref if t.correct else lost_vs_ref).append(rec)
+    return {"run": str(run_dir), "reference": str(reference_dir) if reference_dir else None,
+            "queries": len(tr), "correct": sum(t.correct for t in tr.values()),
+            "losses": {b: {k: c[k] for k in LOSSES} for b, c in sorted(losses.items())},
+            "wrong_after_one_agreeing_round": wrong_stop,
+            "clients": client_accuracy(tr),
+            "profiles": {c: str(d.get("description", ""))[:60]
+                         for c, d in run.summary.get("clients", {}).items()
+                         if isinstance(d, Mapping)},
+            "lost_vs_reference": lost_vs_ref, "won_vs_reference": won_vs_ref,
+            "on_common": _common(tr, ref)}
+
+
+def _common(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]) -> dict[str, int]:
+    both = [q for q in tr if q in ref]
+    return {"n": len(both), "run": sum(tr[q].correct for q in both),
+            "reference": sum(ref[q] for q in both)}
+
+
+def to_markdown(d: Mapping[str, Any]) -> str:
+    """A report of :func:`diagnose` for ``bench/results`` or a closing note."""
+    lines = [f"# Where `{Path(d['run']).name}` loses questions", "",
+             f"{d['correct']}/{d['queries']} correct."]
+    if d["reference"]:
+        c = d["on_common"]
+        lines.append(f"On the {c['n']} questions both answered: run {c['run']}, reference "
+                     f"`{Path(d['reference']).name}` {c['reference']}; lost "
+                     f"{len(d['lost_vs_reference'])} that the reference answered, won "
+                     f"{len(d['won_vs_reference'])} that it missed.")
+    lines += ["", "| benchmark | " + " | ".join(LOSSES) + " |", "|---|" + "---|" * len(LOSSES)]
+    lines += [f"| {b} | " + " | ".join(str(v[k]) for k in LOSSES) + " |"
+              for b, v in d["losses"].items()]
+    lines += ["", f"Wrong queries that stopped after one round on one agreed answer: "
+              f"{d['wrong_after_one_agreeing_round']}.", "",
+              "| client | profile | " + " | ".join(_benches(d)) + " |",
+              "|---|---|" + "---|" * len(_benches(d))]
+    for c, per in d["clients"].items():
+        cells = [f"{per[b][0]}/{per[b][1]}" if b in per else "-" for b in _benches(d)]
+        lines.append(f"| {c} | {d['profiles'].get(c, '')} | " + " | ".join(cells) + " |")
+    for key, title in (("lost_vs_reference", "Lost (reference right, run wrong)"),
+                       ("won_vs_reference", "Won (run right, reference wrong)")):
+        if d.get(key):
+            lines += ["", f"## {title}", ""]
+            lines += [f"- `{r['query_id']}` {r['loss'] or ''} (stop {r['stop_reason']}, "
+                      f"{r['rounds']} rounds): " + "; ".join(r["answers"]) for r in d[key]]
+    return "\n".join(lines) + "\n"
+
+
+def _benches(d: Mapping[str, Any]) -> list[str]:
+    return sorted({b for per in d["clients"].values() for b in per})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m pfedma_flwr.experiments.diagnose",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="run directory (summary.json, queries/rounds.jsonl)")
+    ap.add_argument("--reference", type=Path, default=None,
+                    help="a run over the same questions to compare with")
+    ap.add_argument("--output", type=Path, default=None, help="write the markdown here too")
+    args = ap.parse_args(argv)
+    for p in (args.run, args.reference):
+        if p is not None and not (p / "summary.json").is_file():
+            print(f"diagnose: {p} holds no run (summary.json missing)", file=sys.stderr)
+            return 2
+    md = to_markdown(diagnose(args.run, args.reference))
+    if args.output is not None:
+        args.output.write_text(md, encoding="utf-8")
+    print(md, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
