@@ -237,42 +237,17 @@ class ClientAgent:
             min_sim=self.lesson_min_sim) if reasoning else {}
         guard_cands = evolve_guard_rules(state.rules, self.private_data) if any(
             q.task_format == "guard" for q in ins.queries) else []
-        prompts = []
-        programs: set[int] = set()
-        seen: list[str] = []  # each task as this client's model saw it (after the hooks)
         views = [self._view(q) for q in ins.queries]  # options in this agent's order
-        for k, q in enumerate(ins.queries):
-            text, refinement, _ = views[k]
+        seen: list[str] = []  # each task as this client's model saw it (after the hooks)
+        for q, (text, _, _) in zip(ins.queries, views, strict=True):
             for hook in self.hooks:
                 text = hook.task_text(q.query_id, text)
             seen.append(text)
-            shots = shots_of[q.query_id]
-            cases = [as_case(t) for t in shots] if self.few_shot_style == "cases" else ()
-            turns = shots if self.few_shot_style == "turns" else []
-            if q.task_format in BENCHMARK_FORMATS:
-                prompts.append(pose(q, text, state.rules))
-            elif reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
-                programs.add(k)
-                prompts.append(program_messages(
-                    profile_prompt=self.profile.prompt, query_text=text,
-                    refinement=refinement, lessons=lessons_of.get(q.query_id, ()),
-                    cases=cases))
-            elif reasoning:
-                prompts.append(build_reasoning_messages(
-                    profile_prompt=self.profile.prompt, query_text=text,
-                    refinement=refinement, answer_kind=q.answer_kind,
-                    few_shot=[(t.question, reasoning_demo(t.rationale, t.gold, q.answer_kind))
-                              for t in turns if t.rationale],
-                    lessons=lessons_of.get(q.query_id, ()), cases=cases,
-                    instruction=mc.ELIMINATE_INSTRUCTION if q.answer_kind == "option"
-                    and self.option_way == "eliminate" else "",
-                ))
-            else:
-                prompts.append(build_agent_messages(
-                    profile_prompt=self.profile.prompt, query_text=text,
-                    refinement=refinement, answer_kind=q.answer_kind,
-                    few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
-                ))
+        posed = [self._prompt(q, seen[k], views[k][1], shots_of[q.query_id],
+                              lessons_of.get(q.query_id, ()), state)
+                 for k, q in enumerate(ins.queries)]
+        prompts = [m for m, _ in posed]
+        programs = {k for k, (_, program) in enumerate(posed) if program}
         t0, timed = time.perf_counter(), self.backend.timings()
         gens = self._generate(ins.queries, prompts, reasoning)
         texts = [g.text for g in gens]
@@ -293,49 +268,8 @@ class ClientAgent:
             tokens = min(sum(g.tokens for g in spent) + verified.get(k, 0),
                          self.limits.max_answer_tokens)
             cached = min(sum(g.tokens for g in spent if g.cached), tokens)
-            if gen.error:
-                responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
-                                                   error=error_code("backend",
-                                                                    gen.code or gen.error),
-                                                   tokens=tokens, cached_tokens=cached,
-                                                   round=q.round))
-                continue
-            if q.task_format in BENCHMARK_FORMATS:
-                raw, why = read_reply(q, seen[k], texts[k], state.rules)
-            elif reasoning and not _is_json(texts[k]):
-                der = derive_response(texts[k], question=views[k][0], answer_kind=q.answer_kind,
-                                      domain_fit=self._domain_fit(q))
-                raw, why = mc.unpermuted(der.response, views[k][2]), der.error
-            else:
-                parsed = parse_structured_response(gen.text, self.limits)
-                raw, why = mc.unpermuted(parsed.response, views[k][2]), parsed.error
-            if raw is None:
-                cut = "_truncated" if gen.finish_reason == "length" else ""
-                responses.append(ProcessedResponse(q.query_id, None, format_ok=False,
-                                                   error=error_code("parse" + cut, why),
-                                                   tokens=tokens, cached_tokens=cached,
-                                                   round=q.round))
-                continue
-            for hook in self.hooks:
-                raw = hook.response(q.query_id, raw, q.answer_kind, q.text)
-            # Uncovered items create local rules first, so this very response is protected.
-            result, cands = state.rules.process(raw, self.sensitive_items, self.recognizer,
-                                                uncovered_types=self.uncovered_types)
-            for c in cands:
-                candidates.setdefault((c.text, c.action), c)
-            processed, refused = result.response, result.refused
-            responses.append(ProcessedResponse(q.query_id, processed, refused=refused,
-                                               tokens=tokens, cached_tokens=cached,
-                                               round=q.round))
-            # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
-            # content (private facts) is measured on it, not only on the question's head
-            said = " ".join(c.claim for c in raw.claims)[:300]
-            memory.remember(state.experience, f"{case_part(q.text)[:300]} => "
-                            f"{raw.final_answer[:100]} {said}".rstrip(),
-                            capacity=self.experience_size)
-            if reasoning and q.task_format == "qa" and self.n_lessons:
-                memory.learn_lesson(state.lessons, q, raw.final_answer,
-                                    capacity=self.experience_size)
+            responses.append(self._answer(q, gen, texts[k], views[k], seen[k], state,
+                                          candidates, tokens=tokens, cached=cached))
         state.rounds += 1
         logger.debug("adapted %d global rules", len(adapt.adopted) if adapt else 0)
         return self._outgoing(state, ClientReply(
@@ -347,6 +281,79 @@ class ClientAgent:
             extra={**_timing_delta(timed, self.backend.timings()),
                    "respond_s": round(time.perf_counter() - started, 4)},
         ))
+
+    def _prompt(self, q: RoutedQuery, text: str, refinement: str, shots: Sequence[Task],
+                lessons: Sequence[str], state: AgentState) -> tuple[list[Any], bool]:
+        """The messages that pose ``q`` to this agent, and whether they ask for a program."""
+        reasoning = self.response_format == "reasoning"
+        cases = [as_case(t) for t in shots] if self.few_shot_style == "cases" else ()
+        turns = shots if self.few_shot_style == "turns" else []
+        if q.task_format in BENCHMARK_FORMATS:
+            return pose(q, text, state.rules), False
+        if reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
+            return program_messages(profile_prompt=self.profile.prompt, query_text=text,
+                                    refinement=refinement, lessons=lessons, cases=cases), True
+        if reasoning:
+            return build_reasoning_messages(
+                profile_prompt=self.profile.prompt, query_text=text,
+                refinement=refinement, answer_kind=q.answer_kind,
+                few_shot=[(t.question, reasoning_demo(t.rationale, t.gold, q.answer_kind))
+                          for t in turns if t.rationale],
+                lessons=lessons, cases=cases,
+                instruction=mc.ELIMINATE_INSTRUCTION if q.answer_kind == "option"
+                and self.option_way == "eliminate" else "",
+            ), False
+        return build_agent_messages(
+            profile_prompt=self.profile.prompt, query_text=text,
+            refinement=refinement, answer_kind=q.answer_kind,
+            few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
+        ), False
+
+    def _answer(self, q: RoutedQuery, gen: GenerationResult, text: str,
+                view: tuple[str, str, dict[str, str]], seen: str, state: AgentState,
+                candidates: dict[tuple[str, str], RuleCandidate], *, tokens: int,
+                cached: int) -> ProcessedResponse:
+        """Read ``q``'s reply, enforce the rules on it and remember it in ``X_i``.
+
+        Rule candidates it creates are added to ``candidates``.
+        """
+        reasoning = self.response_format == "reasoning"
+        if gen.error:
+            return ProcessedResponse(q.query_id, None, format_ok=False,
+                                     error=error_code("backend", gen.code or gen.error),
+                                     tokens=tokens, cached_tokens=cached, round=q.round)
+        if q.task_format in BENCHMARK_FORMATS:
+            raw, why = read_reply(q, seen, text, state.rules)
+        elif reasoning and not _is_json(text):
+            der = derive_response(text, question=view[0], answer_kind=q.answer_kind,
+                                  domain_fit=self._domain_fit(q))
+            raw, why = mc.unpermuted(der.response, view[2]), der.error
+        else:
+            parsed = parse_structured_response(gen.text, self.limits)
+            raw, why = mc.unpermuted(parsed.response, view[2]), parsed.error
+        if raw is None:
+            cut = "_truncated" if gen.finish_reason == "length" else ""
+            return ProcessedResponse(q.query_id, None, format_ok=False,
+                                     error=error_code("parse" + cut, why),
+                                     tokens=tokens, cached_tokens=cached, round=q.round)
+        for hook in self.hooks:
+            raw = hook.response(q.query_id, raw, q.answer_kind, q.text)
+        # Uncovered items create local rules first, so this very response is protected.
+        result, cands = state.rules.process(raw, self.sensitive_items, self.recognizer,
+                                            uncovered_types=self.uncovered_types)
+        for c in cands:
+            candidates.setdefault((c.text, c.action), c)
+        # what the agent itself wrote stays in X_i too (local only): Rel of a rule about
+        # content (private facts) is measured on it, not only on the question's head
+        said = " ".join(c.claim for c in raw.claims)[:300]
+        memory.remember(state.experience, f"{case_part(q.text)[:300]} => "
+                        f"{raw.final_answer[:100]} {said}".rstrip(),
+                        capacity=self.experience_size)
+        if reasoning and q.task_format == "qa" and self.n_lessons:
+            memory.learn_lesson(state.lessons, q, raw.final_answer,
+                                capacity=self.experience_size)
+        return ProcessedResponse(q.query_id, result.response, refused=result.refused,
+                                 tokens=tokens, cached_tokens=cached, round=q.round)
 
     def _outgoing(self, state: AgentState, reply: ClientReply) -> ClientReply:
         """The last check before sending: no ``D_i`` item, no local literal (issue 12 item 6)."""
