@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pfedma_flwr.aggregation.consensus import CollabState, RoundResponse, aggregate
+from pfedma_flwr.aggregation.consensus import CollabState, aggregate
 from pfedma_flwr.aggregation.public_state import public_state
 from pfedma_flwr.aggregation.refinement import REFINERS, Refiner
 from pfedma_flwr.anomaly.judges import Judge
@@ -44,7 +44,8 @@ from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.server.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
-from pfedma_flwr.server.capability import Consensus, leave_one_out_quality, lone_answer_signals
+from pfedma_flwr.server.absorb import RoundSignals, absorb_answers, gather, query_log
+from pfedma_flwr.server.capability import Consensus, lone_answer_signals
 from pfedma_flwr.server.query_state import (
     EngineSettings,
     QueryState,
@@ -52,7 +53,6 @@ from pfedma_flwr.server.query_state import (
     finish_record,
     generation_summary,
     query_metrics,
-    response_views,
     round_record,
     run_status,
     with_answer_failures,
@@ -296,20 +296,7 @@ class CollaborationEngine:
         s = self.settings
         by_query, rejected = collect_replies(replies, self._by_id)
         in_flight = [q for q in self._active if q.routed]
-        groups, order, client_errors = [], [], []
-        for q in in_flight:
-            got = by_query.get(q.task.task_id, {})
-            cids = sorted(q.routed)
-            order.append(cids)
-            groups.append([got[c].response if c in got else None for c in cids])
-            # the client's own reason for an answer without a response (parse/backend codes)
-            client_errors.append({c: got[c].error[:120] for c in cids
-                                  if c in got and got[c].response is None and got[c].error})
-            for c in cids:
-                if c in got:
-                    q.tokens += got[c].tokens
-                    q.cached_tokens += min(got[c].cached_tokens, got[c].tokens)
-                    q.cost += got[c].tokens * self._price(c) / 1e6
+        order, groups, client_errors = gather(in_flight, by_query, self._price)
         results = evaluate_batch(
             groups, kinds=[q.task.answer_kind for q in in_flight], judge=self.judge,
             embedder=self.embedder, lambda_pool=s.lambda_pool, alpha_con=s.alpha_con,
@@ -319,43 +306,13 @@ class CollaborationEngine:
                     if h.retained and h.response is not None] for q in in_flight],
             queries=[q.task.question for q in in_flight],
         )
-        # (client, domain) -> quality signals and retention flags of this Flower round
-        round_q: dict[tuple[str, str], list[float]] = {}
-        round_r: dict[tuple[str, str], list[bool]] = {}
-        client_ok: dict[str, bool] = {}
+        signals = RoundSignals()
         query_logs = []
         consensus = self._consensus()
         for q, cids, grp, res, errs in zip(in_flight, order, groups, results, client_errors,
                                            strict=True):
-            q.t += 1
-            domain = knowledge_domain(q.task.domain)
-            for c, r, a in zip(cids, grp, res, strict=True):
-                q.history.append(RoundResponse(client_id=c, round=q.t, response=r,
-                                               retained=a.retained, anomaly=a.score))
-                # Per query round (issue 12): one retained answer lets the client contribute.
-                client_ok[c] = client_ok.get(c, False) or a.retained
-            q.z = consensus.z(q, q.history, domain)
-            for c, r, a in zip(cids, grp, res, strict=True):
-                key = (c, domain)
-                round_r.setdefault(key, []).append(r is not None and a.retained)
-                g = leave_one_out_quality(consensus, q, c, r, a, domain)
-                if g is not None:
-                    round_q.setdefault(key, []).append(g)
-            n_ok = sum(a.retained for a in res)
-            self.totals.retained += n_ok
-            self.totals.filtered += sum(r is not None and not a.retained
-                                           for r, a in zip(grp, res, strict=True))
-            query_logs.append({
-                "query_id": q.task.task_id, "t": q.t, "selected": cids,
-                "anomaly": {c: a.to_dict() for c, a in zip(cids, res, strict=True)},
-                "responses": response_views(cids, grp),
-                "z": q.z.to_dict(), **({"client_errors": errs} if errs else {}),
-            })
-            if sum(r is not None for r in grp) < s.min_replies:
-                self._finish(q, "too_few_replies")
-            elif q.t >= s.t_max:
-                self._finish(q, "t_max")
-        self._record_routing(round_q, round_r)
+            query_logs.append(self._absorb_query(q, cids, grp, res, errs, consensus, signals))
+        self._record_routing(signals.quality, signals.retained)
         self.totals.failures += len(failures)
         self.totals = EngineTotals.from_dict(with_answer_failures(
             self.totals.to_dict(), {q.task.task_id: sorted(q.routed) for q in in_flight},
@@ -363,13 +320,28 @@ class CollaborationEngine:
         self.totals.rejected_items += sum(int(x.get("n", 1)) for x in rejected)
         rules_log = evolve_global_rules(
             mode=s.rule_mode, rules=self.rules, server_round=server_round, replies=replies,
-            client_ok=client_ok, embedder=self.embedder, sim_threshold=s.sim_threshold,
+            client_ok=signals.client_ok, embedder=self.embedder, sim_threshold=s.sim_threshold,
             rng=self._rng, recognizer=self.recognizer, query_fired=self._query_fired)
         self._query_fired = {}
         self.last_round_record = round_record(
             server_round, query_logs, groups, results, replies, failures, rejected, rules_log,
             num_global=len(self.rules), num_finished=len(self.finished))
         return self.last_round_record
+
+    def _absorb_query(
+        self, q: QueryState, cids: list[str], grp: list[Any], res: list[Any],
+        errs: dict[str, str], consensus: Consensus, signals: RoundSignals,
+    ) -> dict[str, Any]:
+        """One query's round (:func:`~.absorb.absorb_answers`), counters, finish; its log."""
+        retained, filtered = absorb_answers(q, cids, grp, res, consensus, signals)
+        self.totals.retained += retained
+        self.totals.filtered += filtered
+        log = query_log(q, cids, grp, res, errs)
+        if sum(r is not None for r in grp) < self.settings.min_replies:
+            self._finish(q, "too_few_replies")
+        elif q.t >= self.settings.t_max:
+            self._finish(q, "t_max")
+        return log
 
     def _record_routing(self, round_q: dict[tuple[str, str], list[float]],
                         round_r: Mapping[tuple[str, str], list[bool]]) -> None:
