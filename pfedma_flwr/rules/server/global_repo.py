@@ -249,26 +249,7 @@ class GlobalRuleRepository:
         feedback confirmed (:func:`~pfedma_flwr.rules.server.global_update.confirmed`) add their
         ``P_in`` twins. Nothing is removed; only active flags change.
         """
-        if pool.embeddings.shape[1] != self._emb.shape[1]:
-            raise ValueError(
-                f"pool embedding dim {pool.embeddings.shape[1]} != "
-                f"embedder dim {self._emb.shape[1]}"
-            )
-        pool_emb = np.asarray(pool.embeddings, dtype=np.float32)
-        pool_sims = pool_emb @ pool_emb.T  # the pool's one similarity matrix: ζ and the stats
-        # ζ over distinct contributors: a client's candidates count once however worded
-        supporters = owner_support(pool_sims, pool.owners, self.sim_threshold)
-        zeta = supporters / max(1, len(set(pool.owners)) - 1)
-        chosen, refused = admit(
-            promote_supported(zeta, supporters, len(set(pool.owners)),
-                              min_clients=self.electorate.min_clients,
-                              min_share=self.electorate.min_share),
-            pool, {(text_key(r.text), spec_key(r)) for r in self._rules},
-            room=self.max_rules - len(self._rules), per_round=self.max_promotions_per_round,
-            per_client=self.max_promotions_per_client)
-        if refused:
-            logger.warning("round %d: promotion refused %s", server_round, refused)
-        self.last_pool_similarity = SimilarityStats.of(pool_sims)
+        chosen, refused, zeta, pool_emb = self._promote(server_round, pool)
 
         n_old = len(self._rules)
         new_rules = [
@@ -305,10 +286,69 @@ class GlobalRuleRepository:
         )
 
         was_active = {r.rule_id for r in self._rules if r.active}
+        kept, added, twin_ids = self._commit(rows, res, n_old, n_old + len(new_rules))
+        self._emb = emb[res.representatives]
+        now_active = {r.rule_id for r in kept if r.active}
+        report = UpdateReport(
+            server_round=server_round,
+            pool_size=len(pool),
+            zeta_max=float(zeta.max()) if len(zeta) else 0.0,
+            promoted=len(chosen),
+            added=tuple(added),
+            merged=len(rows) - len(kept),
+            n_rules=len(kept),
+            n_active=len(now_active),
+            n_clusters=len(set(res.cluster.tolist())),
+            activated=tuple(sorted(now_active - was_active)),
+            deactivated=tuple(sorted(was_active - now_active)),
+            pool_similarity=self.last_pool_similarity,
+            refused=refused,
+            twins=tuple(twin_ids),
+        )
+        logger.debug("rule update %s", report)
+        return report
+
+    def _promote(self, server_round: int, pool: CandidatePool
+                 ) -> tuple[list[int], dict[str, int], np.ndarray, np.ndarray]:
+        """``G^t``: the pool's candidates admitted this round (§3.2, issue 30's support rule).
+
+        Returns the chosen pool indices, what was refused and why, ``ζ`` and the pool's
+        embeddings.
+        """
+        if pool.embeddings.shape[1] != self._emb.shape[1]:
+            raise ValueError(
+                f"pool embedding dim {pool.embeddings.shape[1]} != "
+                f"embedder dim {self._emb.shape[1]}"
+            )
+        pool_emb = np.asarray(pool.embeddings, dtype=np.float32)
+        pool_sims = pool_emb @ pool_emb.T  # the pool's one similarity matrix: ζ and the stats
+        # ζ over distinct contributors: a client's candidates count once however worded
+        supporters = owner_support(pool_sims, pool.owners, self.sim_threshold)
+        zeta = supporters / max(1, len(set(pool.owners)) - 1)
+        chosen, refused = admit(
+            promote_supported(zeta, supporters, len(set(pool.owners)),
+                              min_clients=self.electorate.min_clients,
+                              min_share=self.electorate.min_share),
+            pool, {(text_key(r.text), spec_key(r)) for r in self._rules},
+            room=self.max_rules - len(self._rules), per_round=self.max_promotions_per_round,
+            per_client=self.max_promotions_per_client)
+        if refused:
+            logger.warning("round %d: promotion refused %s", server_round, refused)
+        self.last_pool_similarity = SimilarityStats.of(pool_sims)
+        return chosen, refused, zeta, pool_emb
+
+    def _commit(self, rows: list[GlobalRule], res: ResolveResult, n_old: int,
+                n_promoted_rows: int
+                ) -> tuple[list[GlobalRule], list[str], list[str]]:
+        """Resolve's outcome as the repository: one rule per cluster representative.
+
+        Rows from ``n_old`` on are new (promoted, then twins from ``n_promoted_rows``) and get
+        ids only if they survive; an old rule merged into an older equivalent becomes its
+        alias. Returns the kept rules and the ids of the added rules and twins.
+        """
         kept: list[GlobalRule] = []
         added: list[str] = []
         twin_ids: list[str] = []
-        n_promoted_rows = n_old + len(new_rules)
         for i in res.representatives:
             rid = rows[i].rule_id
             if i >= n_old:
@@ -331,26 +371,7 @@ class GlobalRuleRepository:
                 self.electorate.merge(rows[i].rule_id, into)
         self._aliases = {a: self._aliases.get(b, b) for a, b in self._aliases.items()}
         self._rules = kept
-        self._emb = emb[res.representatives]
-        now_active = {r.rule_id for r in kept if r.active}
-        report = UpdateReport(
-            server_round=server_round,
-            pool_size=len(pool),
-            zeta_max=float(zeta.max()) if len(zeta) else 0.0,
-            promoted=len(chosen),
-            added=tuple(added),
-            merged=len(rows) - len(kept),
-            n_rules=len(kept),
-            n_active=len(now_active),
-            n_clusters=len(set(res.cluster.tolist())),
-            activated=tuple(sorted(now_active - was_active)),
-            deactivated=tuple(sorted(was_active - now_active)),
-            pool_similarity=self.last_pool_similarity,
-            refused=refused,
-            twins=tuple(twin_ids),
-        )
-        logger.debug("rule update %s", report)
-        return report
+        return kept, added, twin_ids
 
     def seed(self, rules: Sequence[GlobalRule]) -> list[str]:
         """Add the server's initial policy (active, ``H = N = 0``, round 0); returns new ids.
