@@ -51,13 +51,15 @@ from pfedma_flwr.server.query_state import (
     QueryState,
     collect_replies,
     finish_record,
-    generation_summary,
     query_metrics,
     round_record,
+)
+from pfedma_flwr.server.totals import (
+    EngineTotals,
+    generation_summary,
     run_status,
     with_answer_failures,
 )
-from pfedma_flwr.server.totals import EngineTotals
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pfedma_flwr.persistence import (
     read_jsonl_lines,
     write_text_atomic,
 )
-from pfedma_flwr.server.query_state import run_status
+from pfedma_flwr.server.totals import run_status
 
 
 def _jsonable(obj: Any) -> Any:
@@ -126,7 +126,7 @@ class ResultsWriter:
         """Write ``summary.json`` atomically.
 
         A ``completed`` status is checked against the summary's own ``generation`` block
-        (:func:`~pfedma_flwr.server.query_state.run_status`): a run whose agents mostly failed to
+        (:func:`~pfedma_flwr.server.totals.run_status`): a run whose agents mostly failed to
         answer is never reported as completed.
         """
         if summary.get("status") == "completed":

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pfedma_flwr.server.query_state import generation_summary, with_answer_failures
-from pfedma_flwr.server.totals import EngineTotals
+from pfedma_flwr.server.totals import EngineTotals, generation_summary, with_answer_failures
 
 
 def test_round_trip_and_an_older_checkpoint_without_some_counters():

@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 
 from pfedma_flwr.experiments import launch
 from pfedma_flwr.protocol.schema import ProcessedResponse, StructuredResponse
-from pfedma_flwr.server.query_state import (
+from pfedma_flwr.server.query_state import EngineSettings
+from pfedma_flwr.server.results import ResultsWriter
+from pfedma_flwr.server.totals import (
     GENERATION_FAILED,
     MAX_CODES_PER_CLIENT,
-    EngineSettings,
     generation_summary,
     reason_code,
     run_status,
     with_answer_failures,
 )
-from pfedma_flwr.server.results import ResultsWriter
 
 OK = StructuredResponse(final_answer="7")
 
