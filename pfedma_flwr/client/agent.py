@@ -20,13 +20,9 @@ from pfedma_flwr.agents.backends import Backend, GenerationResult
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import (
     REASONING_METHODS,
-    extract_code,
     program_messages,
-    program_reasoning,
-    run_program,
 )
 from pfedma_flwr.agents.prompting import (
-    REPAIR_PROMPT,
     RESPONSE_JSON_SCHEMA,
     build_agent_messages,
     build_reasoning_messages,
@@ -34,7 +30,7 @@ from pfedma_flwr.agents.prompting import (
 )
 from pfedma_flwr.agents.reasoning import derive_response
 from pfedma_flwr.answers import OPEN_KINDS
-from pfedma_flwr.client import memory
+from pfedma_flwr.client import followups, memory
 from pfedma_flwr.client.memory import FEW_SHOT_SCOPES
 from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pose, read_reply
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
@@ -68,8 +64,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 RESPONSE_FORMATS: tuple[str, ...] = ("reasoning", "json")
-# tokens of the one short re-ask for an answer statement (_repair)
-_REPAIR_TOKENS = 24
 # A constructor default is the run's default, read from the config (issue 31 item 1: they had
 # drifted to few_shot 2, scope batch, 320 tokens, greedy against the run's 0, query, 384, 0.3)
 _AGENT, _RULES = AgentConfig(), RulesConfig()
@@ -252,7 +246,8 @@ class ClientAgent:
         gens = self._generate(ins.queries, prompts, reasoning)
         texts = [g.text for g in gens]
         fallback = self._run_programs(ins.queries, programs, prompts, gens, texts)
-        repaired = self._repair(ins.queries, prompts, gens, texts) if reasoning else {}
+        repaired = followups.repair(self.backend, ins.queries, prompts, gens,
+                                    texts) if reasoning else {}
         verified = self._verify(ins.queries, prompts, gens, texts) if reasoning else {}
         gen_seconds = time.perf_counter() - t0
         # the matching budget of P_resp starts here, after generation (issue 30: a 1.2 s
@@ -324,7 +319,7 @@ class ClientAgent:
                                      tokens=tokens, cached_tokens=cached, round=q.round)
         if q.task_format in BENCHMARK_FORMATS:
             raw, why = read_reply(q, seen, text, state.rules)
-        elif reasoning and not _is_json(text):
+        elif reasoning and not followups.is_json(text):
             der = derive_response(text, question=view[0], answer_kind=q.answer_kind,
                                   domain_fit=self._domain_fit(q))
             raw, why = mc.unpermuted(der.response, view[2]), der.error
@@ -406,65 +401,11 @@ class ClientAgent:
         self, queries: Sequence[RoutedQuery], programs: set[int], prompts: list[Any],
         gens: list[Any], texts: list[str],
     ) -> dict[int, GenerationResult]:
-        """Run the programs of ``programs``; answer the failed ones in chain of thought.
-
-        A program that ran becomes its reasoning text (:func:`program_reasoning`). Updates
-        ``prompts``, ``gens`` and ``texts`` in place (``gens[k]`` becomes the fallback's
-        generation); returns, per failed item, its program's generation (its tokens count).
-        """
-        failed: list[int] = []
-        for k in sorted(programs):
-            if gens[k].error:
-                continue
-            code = extract_code(texts[k])
-            run = run_program(code)
-            if run.ok:
-                texts[k] = program_reasoning(code, run)
-            else:
-                logger.debug("program of %s failed (%s): chain of thought instead",
-                             queries[k].query_id, run.error)
-                failed.append(k)
-        if not failed:
-            return {}
-        for k in failed:
-            q = queries[k]
-            prompts[k] = build_reasoning_messages(
-                profile_prompt=self.profile.prompt, query_text=prompts[k][-1]["content"],
-                answer_kind=q.answer_kind)
-        again = self.backend.generate([prompts[k] for k in failed], max_tokens=self.max_tokens,
-                                      temperature=self.temperature,
-                                      seeds=[self._seed(queries[k], "fallback") for k in failed])
-        out: dict[int, GenerationResult] = {}
-        for k, g in zip(failed, again, strict=True):
-            out[k] = gens[k]
-            gens[k], texts[k] = g, g.text
-        return out
-
-    def _repair(
-        self, queries: Sequence[RoutedQuery], prompts: list[Any], gens: Sequence[Any],
-        texts: list[str],
-    ) -> dict[int, GenerationResult]:
-        """Re-ask once, briefly, for answers whose reasoning ended before an answer statement.
-
-        Updates ``texts`` in place with the short continuation; returns the repair generations.
-        """
-        # a whole-answer reply has no answer line to ask for: no action is no answer
-        todo = [k for k, (q, g) in enumerate(zip(queries, gens, strict=True))
-                if q.task_format == "qa" and not g.error and not _is_json(texts[k])
-                and q.answer_kind not in OPEN_KINDS
-                and derive_response(
-                    texts[k], question=q.text, answer_kind=q.answer_kind).response is None]
-        if not todo:
-            return {}
-        follow = [[*prompts[k], {"role": "assistant", "content": texts[k].strip() or "..."},
-                   {"role": "user", "content": REPAIR_PROMPT}] for k in todo]
-        extra = self.backend.generate(follow, max_tokens=_REPAIR_TOKENS, temperature=0.0)
-        out: dict[int, GenerationResult] = {}
-        for k, g in zip(todo, extra, strict=True):
-            out[k] = g
-            if not g.error and g.text.strip():
-                texts[k] = f"{texts[k].rstrip()}\n{g.text.strip()}"
-        return out
+        """:func:`.followups.run_programs` with this agent's model, budget and seeds."""
+        return followups.run_programs(
+            self.backend, queries, programs, prompts, gens, texts,
+            profile_prompt=self.profile.prompt, max_tokens=self.max_tokens,
+            temperature=self.temperature, seed_of=lambda q: self._seed(q, "fallback"))
 
     def _view(self, q: RoutedQuery) -> tuple[str, str, dict[str, str]]:
         """Task, refinement and shown → original letters as this agent sees them (options.py)."""
@@ -489,14 +430,6 @@ class ClientAgent:
 def _timing_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """What the backend's timing counters grew by during this message (the run's profile)."""
     return {k: round(after[k] - before.get(k, 0.0), 4) for k in sorted(after)}
-
-
-def _is_json(text: str) -> bool:
-    """Whether a reply is the structured response itself, to be parsed rather than derived.
-
-    Scripted agents and served models with their own structured output return JSON directly.
-    """
-    return text.lstrip().startswith("{")
 
 
 def error_code(kind: str, detail: str) -> str:
