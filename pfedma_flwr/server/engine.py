@@ -36,6 +36,7 @@ from pfedma_flwr.routing.base import (
     CandidateState,
     Orchestrator,
     OrchestratorQuery,
+    Selection,
     as_orchestrator,
     validate_selection,
 )
@@ -224,20 +225,6 @@ class CollaborationEngine:
         # for this query", "filtered for this query" and its way of reasoning for the task, so
         # each variant is built once per planning.
         variants: dict[tuple[str, bool, str, bool], CandidateState] = {}
-
-        def candidate(c: str, asked: bool, kind: str, filtered: bool) -> CandidateState:
-            way = reasoning_way(self.clients[c].reasoning, kind)
-            got = variants.get((c, asked, way, filtered))
-            if got is None:
-                got = variants[(c, asked, way, filtered)] = CandidateState(
-                    client_id=c, state=self.routing.get(c),
-                    profile=self.clients[c].description,
-                    price=self._price(c) if s.prices else None,
-                    profile_embedding=self._profile_emb[c], asked_for_this_query=asked,
-                    domains=tuple(self.clients[c].domains), reasoning=way,
-                    filtered_for_this_query=filtered)
-            return got
-
         early_stop = self.orchestrator.stop_before_routing
         full: set[str] = set()  # clients already holding protocol.max_items queries
         for k, q in enumerate(todo):
@@ -257,27 +244,10 @@ class CollaborationEngine:
             kind = q.task.answer_kind
             filtered = {h.client_id for h in q.history
                         if h.response is not None and not h.retained}
-            candidates = [candidate(c, c in q.asked, kind, c in filtered) for c in room]
-            spent = hooks.orchestrator_tokens(self.orchestrator)
-            sel = self.orchestrator.select(
-                OrchestratorQuery(query_id=q.task.task_id, text=q.task.question, domain=domain,
-                                  embedding=q_embs[k]),
-                q.z, candidates, round=q.t + 1, k_max=s.k_max,
-            )
-            # the routing policy's own tokens are part of the query's cost (an LLM policy
-            # spent ~2x the agents' tokens in docs/training.md)
-            spent = max(0, hooks.orchestrator_tokens(self.orchestrator) - spent)
-            q.orchestrator_tokens += spent
-            q.cost += spent * s.price("orchestrator") / 1e6
-            try:
-                sel = validate_selection(sel, room, s.k_max)
-            except ValueError as e:
-                # A plug-in policy's malformed action ends the query (R_fmt = -1 in §3.11).
-                self.totals.invalid_selections += 1
-                self._finish(q, f"invalid_selection: {e}")
-                continue
-            if sel.stop:
-                self._finish(q, "orchestrator_stop")
+            candidates = [self._candidate(variants, c, c in q.asked, kind, c in filtered)
+                          for c in room]
+            sel = self._select(q, domain, q_embs[k], candidates, room)
+            if sel is None:
                 continue
             rq, pin = self._pose(q, domain, global_rules)
             view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, pin)
@@ -288,6 +258,48 @@ class CollaborationEngine:
                 per_client.setdefault(c, []).append(q.routed[c])
                 if len(per_client[c]) >= s.max_queries_per_client:
                     full.add(c)
+
+    def _candidate(self, variants: dict[tuple[str, bool, str, bool], CandidateState], c: str,
+                   asked: bool, kind: str, filtered: bool) -> CandidateState:
+        """Client ``c`` as a candidate for a query (each variant built once per planning)."""
+        way = reasoning_way(self.clients[c].reasoning, kind)
+        got = variants.get((c, asked, way, filtered))
+        if got is None:
+            got = variants[(c, asked, way, filtered)] = CandidateState(
+                client_id=c, state=self.routing.get(c),
+                profile=self.clients[c].description,
+                price=self._price(c) if self.settings.prices else None,
+                profile_embedding=self._profile_emb[c], asked_for_this_query=asked,
+                domains=tuple(self.clients[c].domains), reasoning=way,
+                filtered_for_this_query=filtered)
+        return got
+
+    def _select(self, q: QueryState, domain: str, embedding: np.ndarray,
+                candidates: list[CandidateState], room: list[str]) -> Selection | None:
+        """The orchestrator's checked selection for ``q``; ``None`` when the query ended."""
+        s = self.settings
+        spent = hooks.orchestrator_tokens(self.orchestrator)
+        sel = self.orchestrator.select(
+            OrchestratorQuery(query_id=q.task.task_id, text=q.task.question, domain=domain,
+                              embedding=embedding),
+            q.z, candidates, round=q.t + 1, k_max=s.k_max,
+        )
+        # the routing policy's own tokens are part of the query's cost (an LLM policy
+        # spent ~2x the agents' tokens in docs/training.md)
+        spent = max(0, hooks.orchestrator_tokens(self.orchestrator) - spent)
+        q.orchestrator_tokens += spent
+        q.cost += spent * s.price("orchestrator") / 1e6
+        try:
+            sel = validate_selection(sel, room, s.k_max)
+        except ValueError as e:
+            # A plug-in policy's malformed action ends the query (R_fmt = -1 in §3.11).
+            self.totals.invalid_selections += 1
+            self._finish(q, f"invalid_selection: {e}")
+            return None
+        if sel.stop:
+            self._finish(q, "orchestrator_stop")
+            return None
+        return sel
 
     # ------------------------------------------------------------------ absorbing
 
