@@ -136,6 +136,28 @@ def client_problems(cfg: PFedMAConfig, num_clients: int) -> list[Problem]:
     return []
 
 
+def question_problems(cfg: PFedMAConfig, data_dir: str | None = None) -> list[Problem]:
+    """Whether the run's questions exist: benchmarks, offset, count and question set.
+
+    Draws the evaluation stream exactly as the ServerApp will, so e.g. the unseen question
+    set (100 a benchmark) with ``data.eval_offset: 100`` is refused here, naming the keys,
+    instead of after the SuperLink started.
+    """
+    from pfedma_flwr.data.split import sample_eval_tasks
+
+    d = cfg.data
+    try:
+        sample_eval_tasks(d.benchmarks, d.queries_per_benchmark, d.seed_for_split(cfg.seed),
+                          data_dir or d.data_dir or None,
+                          dev_pool_per_benchmark=d.dev_pool_per_benchmark, offset=d.eval_offset,
+                          question_set=d.question_set)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        return [Problem("config", f"data.*: {e} (data.question_set={d.question_set}, "
+                                  f"data.eval_offset={d.eval_offset}, "
+                                  f"data.queries_per_benchmark={d.queries_per_benchmark})")]
+    return []
+
+
 def backend_problem(section: BackendConfig, *, timeout: float = 5.0) -> str | None:
     """Why the backend of ``section`` cannot answer now, or ``None`` (no model is loaded)."""
     try:
@@ -263,6 +285,7 @@ def prepare(*, config: str, num_clients: int, output_dir: Path, overrides: str, 
     plugins_ok = os.environ.get("PFEDMA_ALLOW_PLUGINS", "0").strip().lower() in ("1", "true")
     problems = name_problems(cfg, plugins_ok=plugins_ok)
     problems += client_problems(cfg, num_clients)
+    problems += question_problems(cfg, data)
     if not problems and backend_check:
         problems += backend_problems(cfg)
     if problems:

@@ -190,6 +190,8 @@ def check_plan(runs: Sequence[VariantRun], *, backends: bool = True) -> None:
             resolve_data_dir(cfg.data.data_dir or None)
         except FileNotFoundError as e:
             problems.append(preflight.Problem("config", str(e)))
+        else:
+            problems += preflight.question_problems(cfg)
         if backends:
             fresh = {k: b for k, b in preflight.backend_sections(cfg).items()
                      if repr((b.name, b.model, b.base_url)) not in seen}
