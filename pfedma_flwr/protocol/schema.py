@@ -119,6 +119,30 @@ class StructuredResponse:
 # --------------------------------------------------------------------------- rules
 
 
+#: The detector spec every rule form shares (a candidate, a global rule, a client's local rule):
+#: one serialization for all three (issue 31 item 6).
+RULE_SPEC_FIELDS = ("text", "category", "scope", "action", "entity_types", "patterns")
+
+
+def rule_spec_dict(rule: Any) -> dict[str, Any]:
+    """The shared fields of any rule form as JSON (tuples as lists)."""
+    return {"text": rule.text, "category": rule.category, "scope": rule.scope,
+            "action": rule.action, "entity_types": list(rule.entity_types),
+            "patterns": list(rule.patterns)}
+
+
+def rule_spec_from(d: dict[str, Any], path: str, lim: Limits) -> dict[str, Any]:
+    """The shared fields of a rule read from the wire, validated (``path`` names the item)."""
+    return {
+        "text": str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
+        "category": str_(req(d, "category", path), f"{path}.category", lim, allow_empty=False),
+        "scope": choice_(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
+        "action": choice_(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
+        "entity_types": strs_(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
+        "patterns": strs_(d.get("patterns", []), f"{path}.patterns", lim, 32),
+    }
+
+
 @dataclass(frozen=True)
 class RuleCandidate:
     """A generalized rule ``ω̄ = P_gen(ω)`` as uploaded: no literals, no client id (seed App. F)."""
@@ -131,29 +155,15 @@ class RuleCandidate:
     patterns: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "category": self.category,
-            "scope": self.scope,
-            "action": self.action,
-            "entity_types": list(self.entity_types),
-            "patterns": list(self.patterns),
-        }
+        return rule_spec_dict(self)
 
     @classmethod
     def from_dict(
         cls, d: Any, path: str = "candidate", lim: Limits = DEFAULT_LIMITS
     ) -> RuleCandidate:
         d = obj_(d, path)
-        no_extra(d, path, {"text", "category", "scope", "action", "entity_types", "patterns"})
-        return cls(
-            text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
-            category=str_(req(d, "category", path), f"{path}.category", lim, allow_empty=False),
-            scope=choice_(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
-            action=choice_(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
-            entity_types=strs_(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
-            patterns=strs_(d.get("patterns", []), f"{path}.patterns", lim, 32),
-        )
+        no_extra(d, path, set(RULE_SPEC_FIELDS))
+        return cls(**rule_spec_from(d, path, lim))
 
 
 @dataclass(frozen=True)
@@ -175,12 +185,7 @@ class GlobalRule:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule_id": self.rule_id,
-            "text": self.text,
-            "category": self.category,
-            "scope": self.scope,
-            "action": self.action,
-            "entity_types": list(self.entity_types),
-            "patterns": list(self.patterns),
+            **rule_spec_dict(self),
             "h_score": self.h_score,
             "n_evals": self.n_evals,
             "active": self.active,
@@ -196,12 +201,7 @@ class GlobalRule:
             raise SchemaError(f"{path}.active", f"expected a boolean, got {type(active).__name__}")
         return cls(
             rule_id=id_(req(d, "rule_id", path), f"{path}.rule_id", lim),
-            text=str_(req(d, "text", path), f"{path}.text", lim, allow_empty=False),
-            category=str_(req(d, "category", path), f"{path}.category", lim, allow_empty=False),
-            scope=choice_(d.get("scope", "response"), f"{path}.scope", RULE_SCOPES),
-            action=choice_(d.get("action", "redact"), f"{path}.action", RULE_ACTIONS),
-            entity_types=strs_(d.get("entity_types", []), f"{path}.entity_types", lim, 32),
-            patterns=strs_(d.get("patterns", []), f"{path}.patterns", lim, 32),
+            **rule_spec_from(d, path, lim),
             h_score=float_(d.get("h_score", 0.0), f"{path}.h_score", lo=-1.0, hi=1.0),
             n_evals=int_(d.get("n_evals", 0), f"{path}.n_evals"),
             active=active,

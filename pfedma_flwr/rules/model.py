@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import regex
 
-from pfedma_flwr.protocol.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule
+from pfedma_flwr.protocol.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule, rule_spec_dict
 from pfedma_flwr.rules.guard_catalogue import GUARD_CATEGORY, GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, original_span
 from pfedma_flwr.rules.safety import (
@@ -244,12 +244,7 @@ class PrivacyRule:
         """JSON-ready dict (holds literals: client-local persistence only, never the wire)."""
         return {
             "rule_id": self.rule_id,
-            "text": self.text,
-            "category": self.category,
-            "scope": self.scope,
-            "action": self.action,
-            "entity_types": list(self.entity_types),
-            "patterns": list(self.patterns),
+            **rule_spec_dict(self),
             "literals": list(self.literals),
             "origin": self.origin,
             "global_id": self.global_id,
