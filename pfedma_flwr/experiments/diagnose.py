@@ -45,6 +45,21 @@ class QueryTrace:
     # (round, client, answer, retained, correct)
     answers: list[tuple[int, str, str, bool, bool]] = field(default_factory=list)
 
+    def switches(self) -> tuple[int, int]:
+        """(right → wrong, wrong → right) changes of a client's own answer in later rounds.
+
+        Refinement conformity (a client re-asked adopts the other answer listed) shows as
+        right → wrong.
+        """
+        first: dict[str, bool] = {}
+        bad = good = 0
+        for _rnd, client, _a, _ret, ok in sorted(self.answers):
+            if client in first and first[client] != ok:
+                bad += first[client] and not ok
+                good += ok and not first[client]
+            first[client] = ok
+        return bad, good
+
     def loss(self) -> str | None:
         """The first mechanism that lost a wrongly answered query (module docstring)."""
         if self.correct:
@@ -113,7 +128,11 @@ def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]
     lost_vs_ref: list[dict[str, Any]] = []
     won_vs_ref: list[dict[str, Any]] = []
     wrong_stop = 0
+    switched = [0, 0]
     for qid, t in sorted(tr.items()):
+        bad, good = t.switches()
+        switched[0] += bad
+        switched[1] += good
         loss = t.loss()
         if loss is not None:
             losses[t.benchmark][loss] += 1
@@ -129,6 +148,7 @@ def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]
             "queries": len(tr), "correct": sum(t.correct for t in tr.values()),
             "losses": {b: {k: c[k] for k in LOSSES} for b, c in sorted(losses.items())},
             "wrong_after_one_agreeing_round": wrong_stop,
+            "switched": {"right_to_wrong": switched[0], "wrong_to_right": switched[1]},
             "clients": client_accuracy(tr),
             "profiles": {c: str(d.get("description", ""))[:60]
                          for c, d in run.summary.get("clients", {}).items()
@@ -157,7 +177,9 @@ def to_markdown(d: Mapping[str, Any]) -> str:
     lines += [f"| {b} | " + " | ".join(str(v[k]) for k in LOSSES) + " |"
               for b, v in d["losses"].items()]
     lines += ["", f"Wrong queries that stopped after one round on one agreed answer: "
-              f"{d['wrong_after_one_agreeing_round']}.", "",
+              f"{d['wrong_after_one_agreeing_round']}. A client asked again changed its own "
+              f"answer right → wrong {d['switched']['right_to_wrong']} times, wrong → right "
+              f"{d['switched']['wrong_to_right']} times.", "",
               "| client | profile | " + " | ".join(_benches(d)) + " |",
               "|---|---|" + "---|" * len(_benches(d))]
     for c, per in d["clients"].items():

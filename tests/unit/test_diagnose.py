@@ -38,7 +38,7 @@ def test_each_wrong_query_gets_the_first_mechanism_that_lost_it(tmp_path, capsys
          b: {"c0": (wrong[b], True), "c1": (wrong[b], True)},       # never produced
          c: {"c0": (gold[c], False), "c1": (wrong[c], True)},       # the right one filtered
          e: {"c0": (gold[e], True), "c1": (wrong[e], True)}},       # retained but outvoted
-        {c: {"c1": (wrong[c], True)}},
+        {c: {"c1": (wrong[c], True)}, e: {"c0": (wrong[e], True)}},  # c0 conforms on e
     ])
     _write_run(ref, {a: (gold[a], True, 1), b: (gold[b], True, 1), c: (wrong[c], False, 1),
                      e: (gold[e], True, 1)}, [])
@@ -46,6 +46,8 @@ def test_each_wrong_query_gets_the_first_mechanism_that_lost_it(tmp_path, capsys
     assert d["correct"] == 1 and d["losses"] == {
         "gsm8k": {"never_produced": 1, "filtered": 1, "outvoted": 1}}
     assert d["wrong_after_one_agreeing_round"] == 1  # b: two agents, one wrong answer, 1 round
+    # c1 was wrong on c in round 1 and again in round 2: no switch; c0 gave up its right e
+    assert d["switched"] == {"right_to_wrong": 1, "wrong_to_right": 0}
     # round-1 answers only: c0 right on a, c, e; c1 right on a
     assert d["clients"] == {"c0": {"gsm8k": (3, 4)}, "c1": {"gsm8k": (1, 4)}}
     assert [r["query_id"] for r in d["lost_vs_reference"]] == sorted([b, e])
