@@ -245,7 +245,10 @@ class ClientAgent:
         t0, timed = time.perf_counter(), self.backend.timings()
         gens = self._generate(ins.queries, prompts, reasoning)
         texts = [g.text for g in gens]
-        fallback = self._run_programs(ins.queries, programs, prompts, gens, texts)
+        fallback = followups.run_programs(
+            self.backend, ins.queries, programs, prompts, gens, texts,
+            profile_prompt=self.profile.prompt, max_tokens=self.max_tokens,
+            temperature=self.temperature, seed_of=lambda q: self._seed(q, "fallback"))
         repaired = followups.repair(self.backend, ins.queries, prompts, gens,
                                     texts) if reasoning else {}
         verified = self._verify(ins.queries, prompts, gens, texts) if reasoning else {}
@@ -396,16 +399,6 @@ class ClientAgent:
         if q.domain == domains[0]:
             return 1.0
         return 0.7 if q.domain in domains else 0.3
-
-    def _run_programs(
-        self, queries: Sequence[RoutedQuery], programs: set[int], prompts: list[Any],
-        gens: list[Any], texts: list[str],
-    ) -> dict[int, GenerationResult]:
-        """:func:`.followups.run_programs` with this agent's model, budget and seeds."""
-        return followups.run_programs(
-            self.backend, queries, programs, prompts, gens, texts,
-            profile_prompt=self.profile.prompt, max_tokens=self.max_tokens,
-            temperature=self.temperature, seed_of=lambda q: self._seed(q, "fallback"))
 
     def _view(self, q: RoutedQuery) -> tuple[str, str, dict[str, str]]:
         """Task, refinement and shown → original letters as this agent sees them (options.py)."""
