@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from pfedma_flwr.aggregation.consensus import CollabState, aggregate
-from pfedma_flwr.aggregation.public_state import public_state
 from pfedma_flwr.aggregation.refinement import REFINERS, Refiner
 from pfedma_flwr.anomaly.judges import Judge
 from pfedma_flwr.anomaly.scores import evaluate_batch
@@ -24,12 +23,11 @@ from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.profiles import knowledge_domain
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import (
-    CANDIDATE_CHARS,
     ClientReply,
+    GlobalRule,
     RespondInstruction,
     RoutedQuery,
 )
-from pfedma_flwr.protocol.validation import DEFAULT_LIMITS
 from pfedma_flwr.protocol.wire import ClientDescription, reasoning_way
 from pfedma_flwr.routing.base import (
     BaseOrchestrator,
@@ -41,26 +39,21 @@ from pfedma_flwr.routing.base import (
     validate_selection,
 )
 from pfedma_flwr.routing.state import RoutingTable
-from pfedma_flwr.rules.enforcement import apply_query_rules
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.server.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
 from pfedma_flwr.server.absorb import RoundSignals, absorb_answers, gather, query_log
 from pfedma_flwr.server.capability import Consensus, lone_answer_signals
+from pfedma_flwr.server.posing import pose
 from pfedma_flwr.server.query_state import (
     EngineSettings,
     QueryState,
     collect_replies,
     finish_record,
-    query_metrics,
     round_record,
 )
-from pfedma_flwr.server.totals import (
-    EngineTotals,
-    generation_summary,
-    run_status,
-    with_answer_failures,
-)
+from pfedma_flwr.server.run_summary import run_summary
+from pfedma_flwr.server.totals import EngineTotals
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +207,7 @@ class CollaborationEngine:
         }
 
     def _route(
-        self, todo: list[QueryState], global_rules: list[Any],
+        self, todo: list[QueryState], global_rules: list[GlobalRule],
         per_client: dict[str, list[RoutedQuery]],
     ) -> None:
         """Ask the orchestrator about each query in ``todo`` (finishing those that stop)."""
@@ -328,9 +321,8 @@ class CollaborationEngine:
             query_logs.append(self._absorb_query(q, cids, grp, res, errs, consensus, signals))
         self._record_routing(signals.quality, signals.retained)
         self.totals.failures += len(failures)
-        self.totals = EngineTotals.from_dict(with_answer_failures(
-            self.totals.to_dict(), {q.task.task_id: sorted(q.routed) for q in in_flight},
-            by_query, failures))
+        self.totals.count_answers({q.task.task_id: sorted(q.routed) for q in in_flight},
+                                  by_query, failures)
         self.totals.rejected_items += sum(int(x.get("n", 1)) for x in rejected)
         rules_log = evolve_global_rules(
             mode=s.rule_mode, rules=self.rules, server_round=server_round, replies=replies,
@@ -377,58 +369,21 @@ class CollaborationEngine:
                 return q
         return None
 
-    # ------------------------------------------------------------------ finishing
+    # ------------------------------------------------------------------ posing, finishing
 
     def _pose(self, q: QueryState, domain: str,
-              global_rules: list[Any]) -> tuple[RoutedQuery, Callable[[str], str]]:
-        """``q̃`` of ``q``'s next round: P_in over the task, refinement and candidate.
+              global_rules: list[GlobalRule]) -> tuple[RoutedQuery, Callable[[str], str]]:
+        """``q̃`` of ``q``'s next round (:func:`~.posing.pose`), its rule firings counted.
 
         Returns the routed query and ``P_in`` itself (for what an orchestrator composes).
         """
-        s = self.settings
-        keep = q.task.task_needed
-
-        def pin_fired(t: str) -> tuple[str, list[str]]:
-            return apply_query_rules(t, global_rules, self.recognizer, quarantine=self.rules,
-                                     keep=keep)
-
-        text, fired = pin_fired(q.task.question)
-        # Feedback-guided refinement (§3.10) travels beside the task; -RQ sends none.
-        ref, candidate = self._refinement(q) if q.t and s.refine_query else ("", "")
-        if ref:
-            ref, fired_ref = pin_fired(ref)
-            fired = [*fired, *fired_ref]
-        if candidate:  # a part of the refinement's content: its firings are counted there
-            candidate = pin_fired(candidate)[0]
-        q.query_rules_fired += len(fired)
-        for rid in fired:  # the server's own feedback on its query rules (issue 30)
+        refine = self.refine if q.t and self.settings.refine_query else None  # -RQ: none
+        posed = pose(q, domain, global_rules, recognizer=self.recognizer, quarantine=self.rules,
+                     refine=refine)
+        q.query_rules_fired += len(posed.fired)
+        for rid in posed.fired:  # the server's own feedback on its query rules (issue 30)
             self._query_fired[rid] = self._query_fired.get(rid, 0) + 1
-        rq = RoutedQuery(query_id=q.task.task_id, text=text, domain=domain, round=q.t + 1,
-                         refinement=ref, answer_kind=q.task.answer_kind,
-                         task_format=q.task.task_format, candidate=candidate)
-        return rq, lambda t: pin_fired(t)[0]
-
-    def _refinement(self, q: QueryState) -> tuple[str, str]:
-        """The configured refiner's text for ``q.z`` (checked: a string) and ``z``'s answer.
-
-        The refiner sees only the public form of ``z`` (canonical answers, bounded claims
-        without instructions; :func:`~pfedma_flwr.aggregation.public_state.public_state`).
-        The candidate answer travels as its own field (:attr:`RoutedQuery.candidate`), so the
-        client never reads it out of the refiner's wording; none without refinement text.
-        """
-        public = public_state(q.z, q.task.answer_kind, options=q.task.options or None)
-        ref = self.refine(public)
-        if not isinstance(ref, str):
-            name = getattr(self.refine, "__qualname__", type(self.refine).__name__)
-            raise TypeError(f"refiner {name!r} returned "
-                            f"{type(ref).__name__} for {q.task.task_id}, expected str")
-        if not ref.strip():
-            return "", ""
-        # clients reject a query field over the wire cap, so an overlong text would cost the
-        # round every answer; keep its start instead
-        cap = DEFAULT_LIMITS.max_text_chars
-        candidate = public.answer.strip() if public is not None and public.answer else ""
-        return ref[:cap], candidate[:CANDIDATE_CHARS]
+        return posed.query, posed.pin
 
     def _finish(self, q: QueryState, reason: str) -> None:
         # lone answers teach C when their query ends, applied with the next routing update
@@ -482,30 +437,8 @@ class CollaborationEngine:
         return int(d["server_round"])
 
     def summary(self, wall_seconds: float = 0.0) -> dict[str, Any]:
-        """Run summary: accuracy, rounds/tokens/calls per query, rule repository size, status.
-
-        ``generation`` counts the answers asked of agents and those that failed, by reason
-        code and client; ``status`` is ``failed:generation`` when the agents did not produce
-        more than ``settings.max_failed_share`` of them, else ``completed``.
-        """
-        rules = self.rules.rules()
-        out = {
-            **query_metrics(self.finished),
-            "num_clients": len(self.clients),
-            "clients": {k: d.to_dict() for k, d in self.clients.items()},
-            "rules": {"global_total": len(rules), "global_active": sum(r.active for r in rules)},
-            "routing": self.routing.to_dict(),
-            # e.g. the LLM orchestrator's format-failure rate, KABB's posterior
-            "orchestrator": {"name": self.orchestrator.name,
-                             "state": hooks.orchestrator_state(self.orchestrator)},
-            "totals": {k: v for k, v in self.totals.to_dict().items()
-                       if k != "failed_by_client"},
-            "generation": generation_summary(self.totals.to_dict(),
-                                             self.settings.max_failed_share),
-            "wall_seconds": wall_seconds,
-            # tokens, backend calls and what they cost are the clients' own counts (bounded by
-            # protocol.max_answer_tokens per answer), not measured by the server (issue 30)
-            "cost_basis": {"tokens": "client-reported", "backend_calls": "client-reported",
-                           "max_answer_tokens": self.settings.max_answer_tokens},
-        }
-        return {**out, "status": run_status(out)}
+        """Run summary (:func:`~.totals.run_summary`): accuracy, costs, rules, status."""
+        return run_summary(
+            finished=self.finished, clients=self.clients, rules=self.rules.rules(),
+            routing=self.routing, orchestrator=self.orchestrator, totals=self.totals,
+            settings=self.settings, wall_seconds=wall_seconds)

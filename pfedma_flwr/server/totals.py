@@ -2,8 +2,8 @@
 
 One field per counter (:class:`EngineTotals`), so a misspelt key is an attribute error at the
 line that made it rather than a new entry in ``summary.json``. The per-answer failure
-accounting is a pure function over the mapping form (:func:`with_answer_failures`), which the
-checkpoint stores; :func:`generation_summary` and :func:`run_status` read it for
+accounting is :meth:`EngineTotals.count_answers` (:func:`with_answer_failures` for the mapping
+form the checkpoint stores); :func:`generation_summary` and :func:`run_status` read it for
 ``summary.json``.
 """
 
@@ -78,6 +78,49 @@ class EngineTotals:
                                   for c, per in dict(d.get("failed_by_client", {})).items()}
         return cls(**kw)
 
+    def count_answers(
+        self, routed: Mapping[str, Sequence[str]],
+        got: Mapping[str, Mapping[str, ProcessedResponse]], failures: Mapping[str, str],
+    ) -> None:
+        """Add one round's asked and failed answers, per client and reason code.
+
+        Parameters
+        ----------
+        routed : Mapping[str, Sequence[str]]
+            Query id → the clients it was sent to this round.
+        got : Mapping[str, Mapping[str, ProcessedResponse]]
+            Query id → client → the accepted processed response.
+        failures : Mapping[str, str]
+            Client → why its whole message failed (every answer asked of it fails with that
+            code).
+
+        An answer fails when its client's message failed, when the reply left the query out
+        (``missing``), or when it carries no response and no privacy refusal (code of
+        ``ProcessedResponse.error``, ``no_response`` if empty). It also counts as
+        ``generation_failed`` when the agent produced nothing: its own error report, or a
+        message failure in :data:`NOT_PRODUCED_CODES`.
+        """
+        for qid, clients in routed.items():
+            for c in clients:
+                self.answers += 1
+                pr = got.get(qid, {}).get(c)
+                if c in failures:
+                    code = reason_code(failures[c])
+                    self.generation_failed += code in NOT_PRODUCED_CODES
+                elif pr is None:
+                    code = "missing"
+                elif pr.response is None and not pr.refused:
+                    code = reason_code(pr.error) if pr.error.strip() else "no_response"
+                    self.generation_failed += 1
+                else:
+                    continue
+                self.answers_failed += 1
+                per = self.failed_by_client.setdefault(c, {})
+                if code not in per and len(per) >= MAX_CODES_PER_CLIENT:
+                    code = "other"  # a client inventing a new code per answer cannot grow this
+                per[code] = per.get(code, 0) + 1
+        self.failed_by_client = dict(sorted(self.failed_by_client.items()))
+
 
 def reason_code(error: str) -> str:
     """The short code of a failure reason: its text before the first space, without ``:``.
@@ -100,54 +143,18 @@ def with_answer_failures(
     totals: Mapping[str, Any], routed: Mapping[str, Sequence[str]],
     got: Mapping[str, Mapping[str, ProcessedResponse]], failures: Mapping[str, str],
 ) -> dict[str, Any]:
-    """``totals`` plus one round's asked and failed answers, per client and reason code.
+    """``totals`` (the mapping form) plus one round's answers: :meth:`EngineTotals.count_answers`.
 
-    Parameters
-    ----------
-    totals : Mapping
-        Run totals with ``answers``, ``answers_failed``, ``generation_failed`` and
-        ``failed_by_client`` (``{client: {code: n}}``); missing keys start at zero.
-    routed : Mapping[str, Sequence[str]]
-        Query id → the clients it was sent to this round.
-    got : Mapping[str, Mapping[str, ProcessedResponse]]
-        Query id → client → the accepted processed response.
-    failures : Mapping[str, str]
-        Client → why its whole message failed (every answer asked of it fails with that code).
-
-    Returns
-    -------
-    dict
-        A new totals dict. An answer fails when its client's message failed, when the reply
-        left the query out (``missing``), or when it carries no response and no privacy
-        refusal (code of ``ProcessedResponse.error``, ``no_response`` if empty). It also
-        counts as ``generation_failed`` when the agent produced nothing: its own error
-        report, or a message failure in :data:`NOT_PRODUCED_CODES`.
+    Missing keys of ``totals`` start at zero and its other keys are kept; a new dict.
     """
-    by_client = {c: dict(v) for c, v in dict(totals.get("failed_by_client", {})).items()}
-    asked = int(totals.get("answers", 0))
-    failed = int(totals.get("answers_failed", 0))
-    not_produced = int(totals.get("generation_failed", 0))
-    for qid, clients in routed.items():
-        for c in clients:
-            asked += 1
-            pr = got.get(qid, {}).get(c)
-            if c in failures:
-                code = reason_code(failures[c])
-                not_produced += code in NOT_PRODUCED_CODES
-            elif pr is None:
-                code = "missing"
-            elif pr.response is None and not pr.refused:
-                code = reason_code(pr.error) if pr.error.strip() else "no_response"
-                not_produced += 1
-            else:
-                continue
-            failed += 1
-            per = by_client.setdefault(c, {})
-            if code not in per and len(per) >= MAX_CODES_PER_CLIENT:
-                code = "other"  # a client inventing a new code per answer cannot grow this
-            per[code] = per.get(code, 0) + 1
-    return {**totals, "answers": asked, "answers_failed": failed,
-            "generation_failed": not_produced, "failed_by_client": dict(sorted(by_client.items()))}
+    t = EngineTotals(
+        answers=int(totals.get("answers", 0)),
+        answers_failed=int(totals.get("answers_failed", 0)),
+        generation_failed=int(totals.get("generation_failed", 0)),
+        failed_by_client={c: dict(v) for c, v in dict(totals.get("failed_by_client", {})).items()})
+    t.count_answers(routed, got, failures)
+    return {**totals, "answers": t.answers, "answers_failed": t.answers_failed,
+            "generation_failed": t.generation_failed, "failed_by_client": t.failed_by_client}
 
 
 def generation_summary(totals: Mapping[str, Any], max_failed_share: float) -> dict[str, Any]:
