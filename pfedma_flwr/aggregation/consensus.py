@@ -164,6 +164,37 @@ def _tie_key(w: float) -> float:
     return round(w, 9)
 
 
+def _voters(history: Sequence[RoundResponse], *,
+            per_client: bool) -> list[tuple[RoundResponse, StructuredResponse]]:
+    """The responses that vote, each with its response.
+
+    Each client's latest retained one (``per_client``), else every retained one (the
+    baselines' equal-weight votes).
+    """
+    latest: dict[str, RoundResponse] = {}
+    for r in history:  # one vote per client: its latest retained response
+        if r.retained and r.response is not None:
+            prev = latest.get(r.client_id)
+            if prev is None or r.round >= prev.round:
+                latest[r.client_id] = r
+    return [(r, r.response) for r in history if r.response is not None
+            and (latest.get(r.client_id) is r or (not per_client and r.retained))]
+
+
+def _group_votes(votes: Sequence[_Vote], kind: str, options: Options) -> list[_Group]:
+    """Votes grouped by equal answer (in round, then client order)."""
+    groups: list[_Group] = []
+    for vote in sorted(votes, key=lambda v: (v.source.round, v.source.client_id)):
+        ans = vote.response.final_answer
+        for g in groups:
+            if answers_equal(ans, g.votes[0].response.final_answer, kind, options=options):
+                g.votes.append(vote)
+                break
+        else:
+            groups.append(_Group(canonical_answer(ans, kind, options=options), [vote]))
+    return groups
+
+
 def aggregate(
     history: Sequence[RoundResponse],
     *,
@@ -211,14 +242,7 @@ def aggregate(
     if max_claims < 0:
         raise ValueError(f"max_claims must be >= 0, got {max_claims}")
     t = round if round is not None else max((r.round for r in history), default=0)
-    latest: dict[str, RoundResponse] = {}
-    for r in history:  # one vote per client: its latest retained response
-        if r.retained and r.response is not None:
-            prev = latest.get(r.client_id)
-            if prev is None or r.round >= prev.round:
-                latest[r.client_id] = r
-    voters = [(r, r.response) for r in history if r.response is not None
-              and (latest.get(r.client_id) is r or (not per_client and r.retained))]
+    voters = _voters(history, per_client=per_client)
     if not voters:
         return CollabState(round=t)
 
@@ -236,18 +260,8 @@ def aggregate(
     if sum(weights) <= 0.0:
         logger.debug("all vote weights are 0; falling back to equal weights")
         weights = [1.0] * len(voters)
-
-    groups: list[_Group] = []
     votes = [_Vote(w, r, resp) for w, (r, resp) in zip(weights, voters, strict=True)]
-    for vote in sorted(votes, key=lambda v: (v.source.round, v.source.client_id)):
-        ans = vote.response.final_answer
-        for g in groups:
-            if answers_equal(ans, g.votes[0].response.final_answer, kind, options=options):
-                g.votes.append(vote)
-                break
-        else:
-            groups.append(_Group(canonical_answer(ans, kind, options=options), [vote]))
-
+    groups = _group_votes(votes, kind, options)
     groups.sort(key=lambda g: (-_tie_key(g.weight), -len(g.votes), g.canonical))
     total = sum(g.weight for g in groups)
     win, rest = groups[0], groups[1:]

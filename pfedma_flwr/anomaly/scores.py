@@ -258,6 +258,25 @@ UNPARSED = AnomalyResult(a_int=0.0, a_evi=0.0, a_con=0.0, score=1.0, retained=Fa
                          reason="unparsed")
 
 
+def _consensus_by_response(
+    groups: Sequence[Sequence[StructuredResponse | None]], kinds: Sequence[str],
+    embedder: Embedder, *, options: Sequence[Options] | None,
+    prior: Sequence[Sequence[str]] | None, mode: str,
+) -> dict[tuple[int, int], float]:
+    """``A_con`` of each parsed response, keyed (group, position), within its group only."""
+    out: dict[tuple[int, int], float] = {}
+    for g, grp in enumerate(groups):
+        idx = [k for k, r in enumerate(grp) if r is not None]
+        opts = options[g] if options is not None else None
+        answers = [grp[k].final_answer for k in idx]  # type: ignore[union-attr]
+        earlier = list(prior[g]) if prior is not None else []
+        for k, v in zip(idx, consensus_anomalies(answers, kinds[g], embedder, options=opts,
+                                                 prior=earlier, mode=mode),
+                        strict=True):
+            out[(g, k)] = v
+    return out
+
+
 def evaluate_batch(
     groups: Sequence[Sequence[StructuredResponse | None]],
     *,
@@ -307,14 +326,10 @@ def evaluate_batch(
     for name, v in (("lambda_pool", lambda_pool), ("alpha_con", alpha_con),
                     ("tolerance", tolerance)):
         _unit(name, v)
-    if len(kinds) != len(groups):
-        raise ValueError(f"got {len(kinds)} kinds for {len(groups)} groups")
-    if options is not None and len(options) != len(groups):
-        raise ValueError(f"got {len(options)} option sets for {len(groups)} groups")
-    if prior is not None and len(prior) != len(groups):
-        raise ValueError(f"got {len(prior)} prior answer lists for {len(groups)} groups")
-    if queries is not None and len(queries) != len(groups):
-        raise ValueError(f"got {len(queries)} query texts for {len(groups)} groups")
+    for what, seq in (("kinds", kinds), ("option sets", options),
+                      ("prior answer lists", prior), ("query texts", queries)):
+        if seq is not None and len(seq) != len(groups):
+            raise ValueError(f"got {len(seq)} {what} for {len(groups)} groups")
 
     parsed = [(g, k, r) for g, grp in enumerate(groups) for k, r in enumerate(grp) if r is not None]
     responses = [r for _, _, r in parsed]
@@ -337,15 +352,8 @@ def evaluate_batch(
 
     a_con: dict[tuple[int, int], float] = {}
     if not (skip_judge or ab is Ablation.NO_CONSENSUS):
-        for g, grp in enumerate(groups):
-            idx = [k for k, r in enumerate(grp) if r is not None]
-            opts = options[g] if options is not None else None
-            answers = [grp[k].final_answer for k in idx]  # type: ignore[union-attr]
-            earlier = list(prior[g]) if prior is not None else []
-            for k, v in zip(idx, consensus_anomalies(answers, kinds[g], embedder, options=opts,
-                                                     prior=earlier, mode=consensus),
-                            strict=True):
-                a_con[(g, k)] = v
+        a_con = _consensus_by_response(groups, kinds, embedder, options=options, prior=prior,
+                                       mode=consensus)
 
     out: list[list[AnomalyResult]] = [[UNPARSED] * len(grp) for grp in groups]
     for n, (g, k, _) in enumerate(parsed):
