@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Scope of a safety rule (``protocol.schema.RULE_SCOPES``).
+#: Scope of a safety rule (``protocol.rule_wire.RULE_SCOPES``).
 GUARD_SCOPE = "guard"
 #: Category of every safety rule (shared vocabulary: it may appear outside the client).
 GUARD_CATEGORY = "safety rule"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import regex
 
-from pfedma_flwr.protocol.schema import RULE_ACTIONS, RULE_SCOPES, GlobalRule, rule_spec_dict
+from pfedma_flwr.protocol.rule_wire import RULE_ACTIONS, RULE_SCOPES, GlobalRule, rule_spec_dict
 from pfedma_flwr.rules.guard_catalogue import GUARD_CATEGORY, GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, original_span
 from pfedma_flwr.rules.safety import (

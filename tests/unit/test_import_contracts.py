@@ -28,6 +28,7 @@ SHARED = (
     "pfedma_flwr.protocol", "pfedma_flwr.routing", "pfedma_flwr.anomaly",
     "pfedma_flwr.aggregation", "pfedma_flwr.rules", "pfedma_flwr.agents", "pfedma_flwr.data",
     "pfedma_flwr.answers", "pfedma_flwr.config", "pfedma_flwr.config_checks",
+    "pfedma_flwr.config_schema", "pfedma_flwr.config_yaml",
     "pfedma_flwr.embeddings", "pfedma_flwr.equations", "pfedma_flwr.logs",
     "pfedma_flwr.persistence", "pfedma_flwr.registry",
     "pfedma_flwr.resources", "pfedma_flwr.judging", "pfedma_flwr.run_config",
@@ -36,7 +37,7 @@ SHELLS = ("pfedma_flwr.server_app", "strategies", "client_apps")
 # The top level of pfedma_flwr/: a new flat module needs a decision about its layer here.
 TOP_LEVEL = {
     "__init__", "__main__", "_app", "agents", "aggregation", "anomaly", "answers", "baselines",
-    "cli", "client", "config", "config_checks", "data", "embeddings", "equations",
+    "cli", "client", "config", "config_checks", "config_schema", "config_yaml", "data", "embeddings", "equations",
     "experiments", "judging", "logs", "persistence", "protocol", "registry", "resources",
     "routing", "rules", "run_config", "server", "server_app", "testing", "training",
 }
