@@ -113,22 +113,3 @@ def independent_refiner(z: CollabState | None) -> str:
 def verify_refiner(z: CollabState | None) -> str:
     """:func:`refinement_text` in the ``verify`` style (the seed's wording)."""
     return refinement_text(z, style="verify")
-
-
-def refine_query(
-    original_text: str,
-    z: CollabState | None,
-    *,
-    enabled: bool = True,
-    max_chars: int = DEFAULT_MAX_CHARS,
-    style: str = "independent",
-) -> str:
-    """``q^{t+1}``: the task plus :func:`refinement_text` of ``z`` (DESIGN §3.10).
-
-    Returns ``original_text`` unchanged under ``-RQ`` (``enabled=False``) or when ``z`` holds
-    no answer yet (nothing to verify).
-    """
-    if not enabled:
-        return original_text
-    extra = refinement_text(z, max_chars=max_chars, style=style)
-    return f"{original_text}\n\n{extra}" if extra else original_text

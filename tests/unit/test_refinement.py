@@ -3,9 +3,8 @@
 import pytest
 
 from pfedma_flwr.aggregation.consensus import CollabState
-from pfedma_flwr.aggregation.refinement import refine_query, refinement_text
+from pfedma_flwr.aggregation.refinement import refinement_text
 
-TASK = "Janet's ducks lay 16 eggs per day. How much does she make?"
 Z = CollabState(
     answer="18", canonical="18", support=0.74, claims=("9 eggs are sold", "2 dollars each"),
     dissent=(("20", 0.26),), disputed_claims=("10 eggs are sold",), round=1, n_agreeing=2,
@@ -13,22 +12,20 @@ Z = CollabState(
 )
 
 
-def test_refined_query_summarizes_z():
-    q = refine_query(TASK, Z, style="verify")
-    assert q.startswith(TASK + "\n\n")
+def test_refinement_summarizes_z():
+    q = refinement_text(Z, style="verify")
     for part in ("candidate answer '18'", "support 74%", "2 of 3", "- 9 eggs are sold",
                  "'20' (26%)", "- 10 eggs are sold", "Verify the candidate answer"):
         assert part in q
 
 
 @pytest.mark.parametrize(
-    ("z", "enabled"),
-    [(Z, False),            # -RQ resends the task unchanged
-     (None, True),          # first round: no z
-     (CollabState(round=1), True)],  # everything filtered: nothing to verify
+    "z",
+    [None,                  # first round: no z
+     CollabState(round=1)],  # everything filtered: nothing to verify
 )
-def test_unchanged_task(z, enabled):
-    assert refine_query(TASK, z, enabled=enabled) == TASK
+def test_no_refinement_without_an_answer(z):
+    assert refinement_text(z) == "" and refinement_text(z, style="verify") == ""
 
 
 def test_summary_is_bounded():

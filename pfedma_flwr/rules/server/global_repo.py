@@ -181,11 +181,6 @@ class GlobalRuleRepository:
             self._rules = [self._rules[k] for k in keep]
             self._emb = self._emb[keep]
 
-    def resolve_id(self, rule_id: str) -> str | None:
-        """Current id of ``rule_id`` after merges, or ``None`` if unknown."""
-        rid = self._aliases.get(rule_id, rule_id)
-        return rid if any(r.rule_id == rid for r in self._rules) else None
-
     # ------------------------------------------------------------------ feedback (§3.3–3.4)
 
     def apply_feedback(
