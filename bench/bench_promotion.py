@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pfedma_flwr.rules.server.global_repo import resolve
 from pfedma_flwr.rules.server.promotion import promote, support_proportions
+from pfedma_flwr.rules.server.resolve import resolve
 
 log = logging.getLogger("bench_promotion")
 

@@ -11,7 +11,7 @@ import pytest
 
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.protocol.schema import RuleCandidate, RuleFeedback
-from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository, resolve
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.server.promotion import (
     CandidatePool,
     build_candidate_pool,
@@ -20,6 +20,7 @@ from pfedma_flwr.rules.server.promotion import (
     support_proportions,
     update_h_score,
 )
+from pfedma_flwr.rules.server.resolve import resolve
 
 X = np.array([1.0, 0.0, 0.0])
 Y = np.array([0.0, 1.0, 0.0])

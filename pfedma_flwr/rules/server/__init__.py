@@ -3,7 +3,7 @@
 Never imported by client code (``tests/unit/test_import_contracts.py``).
 """
 
-from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository, resolve
+from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.server.promotion import (
     CandidatePool,
     build_candidate_pool,
@@ -12,6 +12,7 @@ from pfedma_flwr.rules.server.promotion import (
     support_proportions,
     update_h_score,
 )
+from pfedma_flwr.rules.server.resolve import resolve
 
 __all__ = [
     "CandidatePool",

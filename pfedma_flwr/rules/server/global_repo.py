@@ -2,8 +2,8 @@
 
 DESIGN §3.1–3.5, seed App. F. ``RuleUpdate`` = :meth:`GlobalRuleRepository.apply_feedback`
 (H-scores from ``F^t``) followed by :meth:`GlobalRuleRepository.update` (promote ``G^t`` from the
-pool and :func:`resolve` the union). The pure formulas live in
-:mod:`.promotion` and are re-exported here. Hostile clients bound what they can
+pool and :func:`~.resolve.resolve` the union). The pure formulas live in :mod:`.promotion`,
+:mod:`.feedback` and :mod:`.resolve`. Hostile clients bound what they can
 add: promotions are capped per round and per contributor (:func:`admit`), the repository and the
 redistributed snapshot are capped, and a rule that fails at run time is quarantined.
 """
@@ -37,12 +37,8 @@ from pfedma_flwr.rules.server.promotion import (
     CandidatePool,
     SimilarityStats,
     admit,
-    build_candidate_pool,
-    feedback_score,
     owner_support,
-    promote,
     promote_supported,
-    support_proportions,
     update_h_score,
 )
 from pfedma_flwr.rules.server.resolve import ResolveResult, resolve
@@ -51,20 +47,6 @@ logger = logging.getLogger(__name__)
 
 REPO_VERSION = 1
 
-__all__ = [
-    "CandidatePool",
-    "FeedbackReport",
-    "GlobalRuleRepository",
-    "ResolveResult",
-    "SimilarityStats",
-    "UpdateReport",
-    "build_candidate_pool",
-    "feedback_score",
-    "promote",
-    "resolve",
-    "support_proportions",
-    "update_h_score",
-]
 
 
 # --------------------------------------------------------------------------- repository
