@@ -8,9 +8,7 @@ feedback. Raw responses, ``D_i``, ``X_i`` and the local rules (with their litera
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -23,14 +21,13 @@ from pfedma_flwr.agents.program import (
     program_messages,
 )
 from pfedma_flwr.agents.prompting import (
-    RESPONSE_JSON_SCHEMA,
     build_agent_messages,
     build_reasoning_messages,
     reasoning_demo,
 )
 from pfedma_flwr.agents.reasoning import derive_response
-from pfedma_flwr.answers import OPEN_KINDS
 from pfedma_flwr.client import followups, memory
+from pfedma_flwr.client.generation import answer_seed, error_code, generate_batch, timing_delta
 from pfedma_flwr.client.memory import FEW_SHOT_SCOPES
 from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pose, read_reply
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
@@ -243,7 +240,10 @@ class ClientAgent:
         prompts = [m for m, _ in posed]
         programs = {k for k, (_, program) in enumerate(posed) if program}
         t0, timed = time.perf_counter(), self.backend.timings()
-        gens = self._generate(ins.queries, prompts, reasoning)
+        gens = generate_batch(self.backend, ins.queries, prompts, reasoning=reasoning,
+                              max_tokens=self.max_tokens, open_max_tokens=self.open_max_tokens,
+                              temperature=self.temperature,
+                              seeds=[self._seed(q) for q in ins.queries])
         texts = [g.text for g in gens]
         fallback = followups.run_programs(
             self.backend, ins.queries, programs, prompts, gens, texts,
@@ -276,7 +276,7 @@ class ClientAgent:
             backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0) + (1 if verified
                                                                                else 0),
             tokens=sum(r.tokens for r in responses), gen_seconds=gen_seconds,
-            extra={**_timing_delta(timed, self.backend.timings()),
+            extra={**timing_delta(timed, self.backend.timings()),
                    "respond_s": round(time.perf_counter() - started, 4)},
         ))
 
@@ -358,40 +358,9 @@ class ClientAgent:
         literals = [lit for r in state.rules.all_rules() for lit in r.literals]
         return check_outgoing(reply, client_secrets(self.sensitive_items, literals))[0]
 
-    def _generate(self, queries: Sequence[RoutedQuery], prompts: list[Any],
-                  reasoning: bool) -> list[Any]:
-        """One batched generation; under ``json`` answers the benchmark formats go schema-free."""
-        special = [k for k, q in enumerate(queries) if q.task_format in BENCHMARK_FORMATS]
-        # a whole answer (a tool action, an open response) needs more than a reasoning budget
-        budget = max(self.max_tokens, self.open_max_tokens) if any(
-            q.answer_kind in OPEN_KINDS for q in queries) else self.max_tokens
-        if reasoning or not special:
-            return self.backend.generate(prompts, max_tokens=budget,
-                                         temperature=self.temperature,
-                                         json_schema=None if reasoning else RESPONSE_JSON_SCHEMA,
-                                         seeds=[self._seed(q) for q in queries])
-        rest = [k for k in range(len(prompts)) if k not in special]
-        out: list[Any] = [None] * len(prompts)
-        for group, schema in ((special, None), (rest, RESPONSE_JSON_SCHEMA)):
-            if group:
-                got = self.backend.generate([prompts[k] for k in group], max_tokens=budget,
-                                            temperature=self.temperature, json_schema=schema,
-                                            seeds=[self._seed(queries[k]) for k in group])
-                for k, g in zip(group, got, strict=True):
-                    out[k] = g
-        return out
-
     def _seed(self, q: RoutedQuery, salt: str = "") -> int:
-        """The sampling seed of this agent's answer to ``q`` in its collaboration round.
-
-        Independent of other agents' seeds and reproducible; it depends on nothing else in the
-        message (not the Flower round, not the query's place in the batch), so another method
-        or ablation that asks this agent the same prompt samples the same answer and the
-        generation cache serves it.
-        """
-        key = f"{self.seed}|{self.client_key}|{q.round}|{q.query_id}|{salt}"
-        digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
-        return int.from_bytes(digest, "little") & 0x3FFFFFFF
+        """The sampling seed of this agent's answer to ``q`` (:func:`~.generation.answer_seed`)."""
+        return answer_seed(self.seed, self.client_key, q, salt)
 
     def _domain_fit(self, q: RoutedQuery) -> float:
         """Logged only (DESIGN §3.7): 1 for a primary domain, 0.7 secondary, else 0.3."""
@@ -418,21 +387,6 @@ class ClientAgent:
         """Few-shot examples from this client's ``D_i`` per query (memory.demonstrations)."""
         return memory.demonstrations(queries, self.private_data, self.embedder, k=self.few_shot,
                                      scope=self.few_shot_scope)
-
-
-def _timing_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """What the backend's timing counters grew by during this message (the run's profile)."""
-    return {k: round(after[k] - before.get(k, 0.0), 4) for k in sorted(after)}
-
-
-def error_code(kind: str, detail: str) -> str:
-    """A bounded error for the uploaded reply: a fixed code and at most one short reason word.
-
-    Model output never reaches the server through this field (a parse error once echoed a
-    patient's name into it); ``detail`` contributes only its leading code token.
-    """
-    token = re.match(r"[a-z_]+", detail.strip().lower())
-    return f"{kind}:{token.group(0)[:40] if token else 'error'}"
 
 
 def demo_answer(task: Task) -> str:
