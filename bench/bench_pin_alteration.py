@@ -25,11 +25,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pfedma_flwr.data.benchmarks import Task, load_benchmark  # noqa: E402
 from pfedma_flwr.protocol.schema import GlobalRule  # noqa: E402
-from pfedma_flwr.rules.model import Span  # noqa: E402
 from pfedma_flwr.rules.pii import PiiSpan, get_presidio_engine, get_recognizer  # noqa: E402
 from pfedma_flwr.rules.pin_audit import audit_alteration, audit_removal  # noqa: E402
 from pfedma_flwr.rules.query_rules import apply_query_rules  # noqa: E402
-from pfedma_flwr.rules.spans import redact  # noqa: E402
+from pfedma_flwr.rules.spans import (
+    Span,  # noqa: E402
+    redact,  # noqa: E402
+)
 
 REPO = Path(__file__).resolve().parents[1]
 IDENTIFIERS = ("EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "CREDIT_CARD", "IBAN_CODE",

@@ -22,7 +22,7 @@ from pfedma_flwr.rules.enforcement import (
     find_uncovered,
 )
 from pfedma_flwr.rules.generalize import canonical_text, generalize, rule_from_uncovered
-from pfedma_flwr.rules.model import PrivacyRule, find_spans
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.pii import (
     PiiRecognizer,
     PresidioPiiRecognizer,
@@ -30,6 +30,7 @@ from pfedma_flwr.rules.pii import (
     get_recognizer,
 )
 from pfedma_flwr.rules.safety import MatchBudget, UnsafePatternError, check_pattern
+from pfedma_flwr.rules.spans import find_spans
 
 __all__ = [
     "EnforcementResult",

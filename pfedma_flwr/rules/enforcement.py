@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pfedma_flwr.protocol.schema import Claim, StructuredResponse
-from pfedma_flwr.rules.model import PrivacyRule, literal_regex
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, original_span
 from pfedma_flwr.rules.pii import DEFAULT_ENTITIES, PiiRecognizer
 from pfedma_flwr.rules.query_rules import QUERY_ENTITIES, apply_query_rules
 from pfedma_flwr.rules.safety import MatchBudget
-from pfedma_flwr.rules.spans import pii_per_field, placeholder, redact, run_rules
+from pfedma_flwr.rules.spans import literal_regex, pii_per_field, placeholder, redact, run_rules
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
-"""The privacy rule ``ω`` (DESIGN §4) and its detectors: entity recognizer, regexes, literals.
+"""The privacy rule ``ω`` (DESIGN §4) and the checks of its detectors.
 
-A rule's detectors find spans in a text; the action (redact, generalize, refuse) is applied by
-:mod:`pfedma_flwr.rules.enforcement`. Detectors are checked by :func:`check_detectors`:
+A rule's detectors (entity types, regexes, literals) find spans in a text
+(:func:`pfedma_flwr.rules.spans.find_spans`); the action (redact, generalize, refuse) is applied
+by :mod:`pfedma_flwr.rules.enforcement`. Detectors are checked by :func:`check_detectors`:
 patterns must pass :func:`pfedma_flwr.rules.safety.check_pattern` (a safe, bounded regex subset
 that does not fire on ordinary task text), and every match runs under a timeout and the caller's
 :class:`~pfedma_flwr.rules.safety.MatchBudget`: a rule must not be able to stall a node or to
@@ -10,32 +11,26 @@ redact the task itself.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-import regex
+from typing import TYPE_CHECKING, Any
 
 from pfedma_flwr.protocol.rule_wire import RULE_ACTIONS, RULE_SCOPES, GlobalRule, rule_spec_dict
 from pfedma_flwr.rules.guard_catalogue import GUARD_CATEGORY, GUARD_SCOPE, catalogue_problem
-from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, original_span
 from pfedma_flwr.rules.safety import (
     MATCH_TIMEOUT_S,
     MAX_PATTERN_CHARS,
     MAX_PATTERNS_PER_RULE,
     BudgetExhaustedError,
-    MatchBudget,
     PatternTimeoutError,
     UnsafePatternError,
     check_pattern,
 )
 
 if TYPE_CHECKING:
-    from pfedma_flwr.rules.pii import PiiRecognizer, PiiSpan
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +75,6 @@ SHARED_CATEGORIES: frozenset[str] = (frozenset(ENTITY_CATEGORY.values())
                                      | {DEFAULT_CATEGORY, GUARD_CATEGORY})
 
 
-class Span(NamedTuple):
-    """A detected span ``text[start:end]``; ``kind`` names it in placeholders (never the text)."""
-
-    start: int
-    end: int
-    kind: str
-
-
 def normalize_category(category: str) -> str:
     """Canonical category: lower case, ``_`` → space, single spaces."""
     return _SPACES.sub(" ", category.strip().lower()).strip() or DEFAULT_CATEGORY
@@ -126,26 +113,6 @@ def check_detectors(entity_types: Sequence[str], patterns: Sequence[str], *,
         raise ValueError(f"{len(patterns)} patterns exceed {MAX_PATTERNS_PER_RULE}")
     for p in patterns:
         check_pattern(p, shared=shared, probe=probe)
-
-
-def compile_pattern(pattern: str) -> regex.Pattern[str]:
-    """A pattern's compiled bounded rewrite; ``UnsafePatternError`` (a ``ValueError``) if unsafe.
-
-    Every rule was checked where it entered (shared ones by shape); compiling needs only the
-    local check, which every checked pattern passes.
-    """
-    return check_pattern(pattern, shared=False, probe=False).compiled
-
-
-@functools.lru_cache(maxsize=4096)
-def literal_regex(literal: str) -> regex.Pattern[str]:
-    """Case-insensitive matcher of a literal, word-bounded where it starts/ends with a word char."""
-    # Word boundaries only where the literal starts/ends with a word character, so "Ann" does not
-    # fire inside "Announcement" but "+1-555" still matches after a space.
-    body = regex.escape(literal)
-    pre = r"(?<!\w)" if literal[:1].isalnum() or literal[:1] == "_" else ""
-    post = r"(?!\w)" if literal[-1:].isalnum() or literal[-1:] == "_" else ""
-    return regex.compile(pre + body + post, regex.IGNORECASE | regex.VERSION0)
 
 
 @dataclass(frozen=True)
@@ -311,107 +278,14 @@ def from_global(g: GlobalRule) -> PrivacyRule:
     )
 
 
-def find_spans(
-    rule: PrivacyRule,
-    text: str,
-    recognizer: PiiRecognizer | None,
-    *,
-    pii_spans: Sequence[PiiSpan] | None = None,
-    budget: MatchBudget | None = None,
-) -> list[Span]:
-    """Spans of ``text`` matched by ``rule``'s detectors, sorted and de-duplicated (DESIGN §4).
-
-    Parameters
-    ----------
-    rule : PrivacyRule
-        The rule whose detectors run.
-    text : str
-        Text to scan.
-    recognizer : PiiRecognizer or None
-        Entity recognizer for ``rule.entity_types``; may be ``None`` when ``pii_spans`` is given
-        or the rule has no entity types.
-    pii_spans : sequence of PiiSpan, optional
-        Precomputed recognizer output for ``text`` (lets a caller run the recognizer once for
-        many rules); filtered to the rule's entity types.
-    budget : MatchBudget, optional
-        Shared deadline of the caller's message; each pattern match runs with the smaller of
-        :data:`MATCH_TIMEOUT_S` and what is left of it.
-
-    Returns
-    -------
-    list of Span
-        ``kind`` is the entity type for recognizer spans and the rule's category tag for pattern
-        and literal spans.
-
-    Raises
-    ------
-    PatternTimeoutError
-        A pattern ran past :data:`MATCH_TIMEOUT_S`, or the rule spent its own share of
-        ``budget`` (the rule is at fault: its owner quarantines it).
-    BudgetExhaustedError
-        The message's budget ran out before or during this rule's patterns.
-    """
-    if not text:
-        return []
-    found: set[Span] = set()
-    if rule.entity_types:
-        wanted = set(rule.entity_types)
-        if pii_spans is None:
-            if recognizer is None:
-                raise ValueError(f"rule {rule.rule_id!r} has entity types but no recognizer")
-            pii_spans = recognizer.analyze(text, rule.entity_types)
-        found.update(
-            Span(s.start, s.end, s.entity_type) for s in pii_spans if s.entity_type in wanted
-        )
-    tag = placeholder_kind(rule)
-    # Patterns and literals see the normal form (NFKC, no invisible characters): a long s or
-    # a zero-width space must not hide a match; spans are mapped back to ``text``.
-    norm, starts = normalized_with_map(text) if rule.patterns or rule.literals else (text, ())
-
-    def span(a: int, b: int) -> Span:
-        s, e = original_span(starts, len(text), a, b)
-        return Span(s, e, tag)
-
-    for p in rule.patterns:
-        compiled = compile_pattern(p)  # checked once per process (cached), never timed here
-        timeout, shared = budget.bound(rule.rule_id) if budget is not None else \
-            (MATCH_TIMEOUT_S, False)
-        t0 = time.perf_counter()
-        try:
-            found.update(
-                span(m.start(), m.end())
-                for m in compiled.finditer(norm, timeout=timeout)
-                if m.end() > m.start()
-            )
-        except TimeoutError:
-            if shared:
-                # Cut short by the message's deadline, not by its own cost.
-                raise BudgetExhaustedError(
-                    f"rule {rule.rule_id!r}: message matching budget exhausted") from None
-            raise PatternTimeoutError(
-                f"rule {rule.rule_id!r}: pattern timed out after {timeout:.3g}s (its own cost)"
-            ) from None
-        finally:
-            if budget is not None:
-                budget.charge(rule.rule_id, time.perf_counter() - t0)
-    for lit in rule.literals:
-        found.update(span(m.start(), m.end())
-                     for m in literal_regex(normalize_text(lit)).finditer(norm))
-    return sorted(found)
-
-
 __all__ = [
     "MATCH_TIMEOUT_S",
     "MAX_PATTERN_CHARS",
     "BudgetExhaustedError",
     "PatternTimeoutError",
     "PrivacyRule",
-    "Span",
     "UnsafePatternError",
     "check_detectors",
-    "compile_pattern",
-    "find_spans",
     "from_global",
-    "literal_regex",
     "load_rule_lenient",
 ]

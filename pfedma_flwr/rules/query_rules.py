@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pfedma_flwr.protocol.schema import GlobalRule
-from pfedma_flwr.rules.model import PrivacyRule, Span, from_global
+from pfedma_flwr.rules.model import PrivacyRule, from_global
 from pfedma_flwr.rules.pii import PiiRecognizer, PiiSpan
 from pfedma_flwr.rules.pii_filters import plausible_person
 from pfedma_flwr.rules.safety import MatchBudget
-from pfedma_flwr.rules.spans import redact, run_rules
+from pfedma_flwr.rules.spans import Span, redact, run_rules
 
 logger = logging.getLogger(__name__)
 

@@ -27,13 +27,14 @@ from pfedma_flwr.protocol.schema import (
 )
 from pfedma_flwr.rules import model, safety
 from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
-from pfedma_flwr.rules.model import PrivacyRule, find_spans
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
 from pfedma_flwr.rules.safety import (
     BudgetExhaustedError,
     MatchBudget,
     PatternTimeoutError,
 )
+from pfedma_flwr.rules.spans import find_spans
 
 MRN = GlobalRule(rule_id="g1", text="do not reveal medical record numbers in responses",
                  category="sensitive record", patterns=(r"\bMRN-\d{4}\b",))

@@ -19,8 +19,9 @@ from pfedma_flwr.rules.generalize import (
     is_generic_pattern,
     rule_from_uncovered,
 )
-from pfedma_flwr.rules.model import PrivacyRule, find_spans
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.pii import RegexPiiRecognizer
+from pfedma_flwr.rules.spans import find_spans
 
 REC = RegexPiiRecognizer()
 

@@ -18,7 +18,7 @@ from pfedma_flwr.protocol.schema import Claim, GlobalRule, StructuredResponse
 from pfedma_flwr.rules import model, safety
 from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.enforcement import enforce_response
-from pfedma_flwr.rules.model import PrivacyRule, find_spans
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.safety import (
     MAX_REPEAT,
     BudgetExhaustedError,
@@ -26,6 +26,7 @@ from pfedma_flwr.rules.safety import (
     UnsafePatternError,
     check_pattern,
 )
+from pfedma_flwr.rules.spans import find_spans
 
 ATTACKS = [r"(", r"[^\s]+", r"(\w|\s)+\d"]
 

@@ -14,7 +14,7 @@ import pytest
 from pfedma_flwr.embeddings import HashingEmbedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback
 from pfedma_flwr.rules.client.outgoing import holds_secret
-from pfedma_flwr.rules.model import PrivacyRule, find_spans
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.normalize import normalized_with_map, original_span, text_key
 from pfedma_flwr.rules.pii import PiiSpan
 from pfedma_flwr.rules.policy import initial_global_rules
@@ -28,6 +28,7 @@ from pfedma_flwr.rules.server.promotion import (
     owner_support,
     promote_supported,
 )
+from pfedma_flwr.rules.spans import find_spans
 
 EMB = HashingEmbedder(dim=256)
 RNG = np.random.default_rng(0)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pfedma_flwr.rules.enforcement import Uncovered
-from pfedma_flwr.rules.model import PrivacyRule, literal_regex, load_rule_lenient
+from pfedma_flwr.rules.model import PrivacyRule, load_rule_lenient
+from pfedma_flwr.rules.spans import literal_regex
 
 
 @dataclass

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pfedma_flwr.protocol.schema import ClientReply, ProcessedResponse
-from pfedma_flwr.rules.model import literal_regex
 from pfedma_flwr.rules.normalize import normalize_text
+from pfedma_flwr.rules.spans import literal_regex
 
 logger = logging.getLogger(__name__)
 

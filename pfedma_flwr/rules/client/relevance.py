@@ -22,9 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pfedma_flwr.rules.model import PrivacyRule, find_spans
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.pii import PiiRecognizer, PiiSpan, RegexPiiRecognizer
 from pfedma_flwr.rules.safety import BudgetExhaustedError, MatchBudget, PatternTimeoutError
+from pfedma_flwr.rules.spans import find_spans
 
 #: Share of experience items on which a rule must fire for full detector relevance.
 FIRE_REF = 0.125
