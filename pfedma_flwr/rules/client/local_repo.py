@@ -346,20 +346,7 @@ class LocalRuleRepository:
         # Query rules act in the server's P_in only: a client never enforces them, so it
         # neither stores nor evaluates them (issue 30: they took adaptation budget for nothing)
         global_rules = [g for g in global_rules if g.scope != "query"]
-        todo: list[GlobalRule] = []
-        for g in global_rules:
-            if not g.active or f"g:{g.rule_id}" in self._quarantined:
-                continue
-            if len(todo) >= MAX_ADOPTED_GLOBAL:
-                break
-            try:
-                local = from_global(g)
-            except ValueError as e:
-                # A server-sent rule this node cannot run safely: never adopted, logged.
-                logger.warning("global rule %r rejected: %s", g.rule_id[:40], e)
-                self.quarantine(f"g:{g.rule_id}", "invalid")
-                continue
-            todo.append(g)
+        todo = self._admissible(global_rules)
         skipped = len(global_rules) - len(todo)
         # Global copies whose rule left the snapshot are stale (a repository of another run,
         # a rule the server dropped): removed, and what they displaced protects again.
@@ -369,7 +356,40 @@ class LocalRuleRepository:
             self._drop(rid)
         if not todo:
             return AdaptReport(skipped=skipped)
-        # Insert/update first so every rule (old and new) is embedded in one encode call.
+        kept, new_ids = self._store(todo)
+        skipped += len(todo) - len(kept)
+        decisions = decide_flags(
+            self._entries, self._quarantined, kept, new_ids, experience, embedder,
+            sim_threshold=sim_threshold, phi_default=phi_default, recognizer=recognizer,
+            budget=self._budget)
+        return AdaptReport(decisions=tuple(decisions), skipped=skipped)
+
+    def _admissible(self, global_rules: Sequence[GlobalRule]) -> list[GlobalRule]:
+        """The active, runnable rules to adapt, at most :data:`MAX_ADOPTED_GLOBAL` in order.
+
+        A rule this node cannot run safely is quarantined, never adopted.
+        """
+        todo: list[GlobalRule] = []
+        for g in global_rules:
+            if not g.active or f"g:{g.rule_id}" in self._quarantined:
+                continue
+            if len(todo) >= MAX_ADOPTED_GLOBAL:
+                break
+            try:
+                from_global(g)
+            except ValueError as e:
+                logger.warning("global rule %r rejected: %s", g.rule_id[:40], e)
+                self.quarantine(f"g:{g.rule_id}", "invalid")
+                continue
+            todo.append(g)
+        return todo
+
+    def _store(self, todo: Sequence[GlobalRule]) -> tuple[list[GlobalRule], set[str]]:
+        """Insert or update each rule's local copy (inactive until decided): kept, new ids.
+
+        Everything is stored before deciding, so every rule (old and new) is embedded in one
+        encode call; a rule the full repository has no room for is not kept.
+        """
         new_ids: set[str] = set()
         kept: list[GlobalRule] = []
         for g in todo:
@@ -381,12 +401,7 @@ class LocalRuleRepository:
             else:
                 continue
             kept.append(g)
-        skipped += len(todo) - len(kept)
-        decisions = decide_flags(
-            self._entries, self._quarantined, kept, new_ids, experience, embedder,
-            sim_threshold=sim_threshold, phi_default=phi_default, recognizer=recognizer,
-            budget=self._budget)
-        return AdaptReport(decisions=tuple(decisions), skipped=skipped)
+        return kept, new_ids
 
     # ------------------------------------------------------------------ persistence
 
