@@ -21,7 +21,14 @@ from pfedma_flwr.rules.normalize import normalize_text, normalized_with_map, ori
 from pfedma_flwr.rules.pii import DEFAULT_ENTITIES, PiiRecognizer
 from pfedma_flwr.rules.query_rules import QUERY_ENTITIES, apply_query_rules
 from pfedma_flwr.rules.safety import MatchBudget
-from pfedma_flwr.rules.spans import literal_regex, pii_per_field, placeholder, redact, run_rules
+from pfedma_flwr.rules.spans import (
+    Span,
+    literal_regex,
+    pii_per_field,
+    placeholder,
+    redact,
+    run_rules,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +129,30 @@ def _by_origin(rules: Sequence[PrivacyRule]) -> list[PrivacyRule]:
 # --------------------------------------------------------------------------- P_resp
 
 
+def _judge_alone(
+    rule: PrivacyRule, response: StructuredResponse, fields: Sequence[str],
+    per_field: Sequence[Sequence[Span]],
+    extractable: Callable[[StructuredResponse], bool],
+    requirement_ok: Callable[[PrivacyRule, StructuredResponse | None], bool],
+) -> RuleOutcome:
+    """A triggered rule's outcome, judged on the response with that rule applied alone."""
+    single: StructuredResponse | None = None
+    if rule.action != "refuse":
+        single = _rebuild(response, [redact(f, [(s, rule.action) for s in ss])
+                                     for f, ss in zip(fields, per_field, strict=True)])
+    matched = {f[s.start : s.end].casefold() for f, ss in zip(fields, per_field, strict=True)
+               for s in ss}
+    remaining = [] if single is None else [t.casefold() for t in _fields(single)]
+    gone = not any(m in t for m in matched for t in remaining)
+    changed = single is None or single.final_answer != response.final_answer
+    return RuleOutcome(
+        rule_id=rule.rule_id, triggered=True,
+        valid=gone and single is not None and extractable(single),
+        conflict=changed or not requirement_ok(rule, single),
+        n_spans=sum(len(ss) for ss in per_field),
+    )
+
+
 def enforce_response(
     response: StructuredResponse,
     rules: Sequence[PrivacyRule],
@@ -171,34 +202,9 @@ def enforce_response(
     errors = (tuple(run.errors), tuple(run.skipped))
     triggered = [r for r in active if r.rule_id in spans and any(spans[r.rule_id])]
 
-    outcomes: list[RuleOutcome] = []
-    for rule in triggered:
-        per_field = spans[rule.rule_id]
-        single: StructuredResponse | None = None
-        if rule.action != "refuse":
-            single = _rebuild(
-                response,
-                [
-                    redact(f, [(s, rule.action) for s in ss])
-                    for f, ss in zip(fields, per_field, strict=True)
-                ],
-            )
-        matched = {f[s.start : s.end].casefold() for f, ss in zip(fields, per_field, strict=True)
-                   for s in ss}
-        remaining = [] if single is None else [t.casefold() for t in _fields(single)]
-        gone = not any(m in t for m in matched for t in remaining)
-        valid = gone and single is not None and extractable(single)
-        changed = single is None or single.final_answer != response.final_answer
-        ok = requirement_ok(rule, single) if requirement_ok is not None else True
-        outcomes.append(
-            RuleOutcome(
-                rule_id=rule.rule_id,
-                triggered=True,
-                valid=valid,
-                conflict=changed or not ok,
-                n_spans=sum(len(ss) for ss in per_field),
-            )
-        )
+    ok_of = requirement_ok or (lambda _rule, _single: True)
+    outcomes = [_judge_alone(rule, response, fields, spans[rule.rule_id], extractable, ok_of)
+                for rule in triggered]
 
     if any(r.action == "refuse" for r in triggered):
         return EnforcementResult(None, True, tuple(outcomes), *errors)

@@ -61,6 +61,32 @@ def literal_regex(literal: str) -> regex.Pattern[str]:
     return regex.compile(pre + body + post, regex.IGNORECASE | regex.VERSION0)
 
 
+def _pattern_matches(rule_id: str, pattern: str, text: str,
+                     budget: MatchBudget | None) -> list[tuple[int, int]]:
+    """Non-empty matches of one pattern, timed; the rule or the message's deadline at fault.
+
+    Raises :class:`PatternTimeoutError` when the pattern spent its own time, and
+    :class:`BudgetExhaustedError` when the message's shared deadline cut it short.
+    """
+    compiled = compile_pattern(pattern)  # checked once per process (cached), never timed here
+    timeout, shared = budget.bound(rule_id) if budget is not None else (MATCH_TIMEOUT_S, False)
+    t0 = time.perf_counter()
+    try:
+        return [(m.start(), m.end()) for m in compiled.finditer(text, timeout=timeout)
+                if m.end() > m.start()]
+    except TimeoutError:
+        if shared:
+            # Cut short by the message's deadline, not by its own cost.
+            raise BudgetExhaustedError(
+                f"rule {rule_id!r}: message matching budget exhausted") from None
+        raise PatternTimeoutError(
+            f"rule {rule_id!r}: pattern timed out after {timeout:.3g}s (its own cost)"
+        ) from None
+    finally:
+        if budget is not None:
+            budget.charge(rule_id, time.perf_counter() - t0)
+
+
 def find_spans(
     rule: PrivacyRule,
     text: str,
@@ -123,27 +149,7 @@ def find_spans(
         return Span(s, e, tag)
 
     for p in rule.patterns:
-        compiled = compile_pattern(p)  # checked once per process (cached), never timed here
-        timeout, shared = budget.bound(rule.rule_id) if budget is not None else \
-            (MATCH_TIMEOUT_S, False)
-        t0 = time.perf_counter()
-        try:
-            found.update(
-                span(m.start(), m.end())
-                for m in compiled.finditer(norm, timeout=timeout)
-                if m.end() > m.start()
-            )
-        except TimeoutError:
-            if shared:
-                # Cut short by the message's deadline, not by its own cost.
-                raise BudgetExhaustedError(
-                    f"rule {rule.rule_id!r}: message matching budget exhausted") from None
-            raise PatternTimeoutError(
-                f"rule {rule.rule_id!r}: pattern timed out after {timeout:.3g}s (its own cost)"
-            ) from None
-        finally:
-            if budget is not None:
-                budget.charge(rule.rule_id, time.perf_counter() - t0)
+        found.update(span(a, b) for a, b in _pattern_matches(rule.rule_id, p, norm, budget))
     for lit in rule.literals:
         found.update(span(m.start(), m.end())
                      for m in literal_regex(normalize_text(lit)).finditer(norm))

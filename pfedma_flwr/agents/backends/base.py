@@ -196,6 +196,11 @@ class Backend(abc.ABC):
                 results[k] = r
         out = [r if r is not None else GenerationResult.failure("missing", code="missing")
                for r in results]
+        self._tally_call(out)
+        return out
+
+    def _tally_call(self, out: Sequence[GenerationResult]) -> None:
+        """Add one call's items to the counters; log its failures in one line."""
         with self._lock:
             self.calls += 1
             self.items += len(out)
@@ -210,7 +215,6 @@ class Backend(abc.ABC):
                 codes[r.code or "error"] = codes.get(r.code or "error", 0) + 1
             logger.warning("%s: %d of %d items failed %s; first: %s", self.name, len(failed),
                            len(out), dict(sorted(codes.items())), failed[0].error[:300])
-        return out
 
     @abc.abstractmethod
     def _generate_batch(
