@@ -260,12 +260,7 @@ class ClientAgent:
         candidates: dict[tuple[str, str], RuleCandidate] = {
             (c.text, c.action): c for c in guard_cands}
         for k, (q, gen) in enumerate(zip(ins.queries, gens, strict=True)):
-            # every generation of this answer: cached ones still count (cached_tokens says so),
-            # under the protocol's cap on a self-reported count (the server rejects more)
-            spent = [gen, *(d[k] for d in (repaired, fallback) if k in d)]
-            tokens = min(sum(g.tokens for g in spent) + verified.get(k, 0),
-                         self.limits.max_answer_tokens)
-            cached = min(sum(g.tokens for g in spent if g.cached), tokens)
+            tokens, cached = self._spent(k, gen, repaired, fallback, verified)
             responses.append(self._answer(q, gen, texts[k], views[k], seen[k], state,
                                           candidates, tokens=tokens, cached=cached))
         state.rounds += 1
@@ -352,6 +347,19 @@ class ClientAgent:
                                 capacity=self.experience_size)
         return ProcessedResponse(q.query_id, result.response, refused=result.refused,
                                  tokens=tokens, cached_tokens=cached, round=q.round)
+
+    def _spent(self, k: int, gen: GenerationResult, repaired: dict[int, GenerationResult],
+               fallback: dict[int, GenerationResult],
+               verified: dict[int, int]) -> tuple[int, int]:
+        """Tokens answer ``k`` spent over every generation of it, and how many were cached.
+
+        Cached generations still count (``cached`` says so), under the protocol's cap on a
+        self-reported count (the server rejects more).
+        """
+        spent = [gen, *(d[k] for d in (repaired, fallback) if k in d)]
+        tokens = min(sum(g.tokens for g in spent) + verified.get(k, 0),
+                     self.limits.max_answer_tokens)
+        return tokens, min(sum(g.tokens for g in spent if g.cached), tokens)
 
     def _outgoing(self, state: AgentState, reply: ClientReply) -> ClientReply:
         """The last check before sending: no ``D_i`` item, no local literal (issue 12 item 6)."""
