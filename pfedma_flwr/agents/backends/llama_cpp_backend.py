@@ -22,14 +22,16 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
 from pfedma_flwr.agents.backends.embedded import (
-    EMBEDDED_MODELS,
-    embedded_model_path,
     model_sha256,
+)
+from pfedma_flwr.agents.backends.llama_chat import (
+    chat_formatter,
+    resolve_model,
+    sequential_completion,
 )
 from pfedma_flwr.agents.backends.llama_sampling import ChainSampler, GrammarGreedySampler
 
@@ -119,7 +121,7 @@ class LlamaCppBackend(Backend):
         import llama_cpp  # optional dependency: imported only when this backend is built
 
         self._ll = llama_cpp
-        self.model_path = self._resolve(model)
+        self.model_path = resolve_model(model)
         self.mode: str = mode
         self.n_threads = n_threads or os.cpu_count() or 1
         self.n_ctx = n_ctx
@@ -138,7 +140,7 @@ class LlamaCppBackend(Backend):
             seed=seed,
             verbose=False,
         )
-        self._formatter = self._make_formatter()
+        self._formatter = chat_formatter(llama_cpp, self.llm, self.model_path.name)
         self._vocab = self.llm._model.vocab
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         # steps where the grammar rejected the plain argmax (full-vocabulary check needed)
@@ -159,33 +161,6 @@ class LlamaCppBackend(Backend):
         )
 
     # ------------------------------------------------------------------ setup
-
-    @staticmethod
-    def _resolve(model: str) -> Path:
-        if model in EMBEDDED_MODELS:
-            return embedded_model_path(model)
-        path = Path(model).expanduser()
-        if not path.is_file():
-            raise ValueError(
-                f"model {model!r} is neither an embedded model {sorted(EMBEDDED_MODELS)} "
-                "nor an existing .gguf file"
-            )
-        return path
-
-    def _make_formatter(self) -> Any:
-        fmt = self._ll.llama_chat_format
-        template = self.llm.metadata.get("tokenizer.chat_template")
-        if template is None:
-            # Base models (e.g. gemma-3-270m) carry no template; ChatML is a neutral fallback.
-            logger.warning("%s has no chat template; using ChatML", self.model_path.name)
-            return fmt.format_chatml
-        eos, bos = self.llm.token_eos(), self.llm.token_bos()
-        return fmt.Jinja2ChatFormatter(
-            template=template,
-            eos_token=self.llm._model.token_get_text(eos) if eos != -1 else "",
-            bos_token=self.llm._model.token_get_text(bos) if bos != -1 else "",
-            stop_token_ids=[eos],
-        )
 
     def format_prompt(self, messages: Messages) -> tuple[list[int], list[bytes]]:
         """Token ids of the chat prompt (template applied) and the stop strings."""
@@ -240,7 +215,9 @@ class LlamaCppBackend(Backend):
         with self._gen_lock:
             if self.mode == "sequential":
                 for p, s in zip(prompts, seeds, strict=True):
-                    out.append(self._one_sequential(p, max_tokens, temperature, json_schema, s))
+                    out.append(sequential_completion(
+                        self.llm, p, max_tokens=max_tokens, temperature=temperature,
+                        json_schema=json_schema, seed=s))
                 return out
             for start in range(0, len(prompts), self.max_batch):
                 end = start + self.max_batch
@@ -253,40 +230,6 @@ class LlamaCppBackend(Backend):
         return {"backend": "llama.cpp", "llama_cpp": str(getattr(self._ll, "__version__", "")),
                 "model_sha256": model_sha256(self.model_path), "n_ctx": self.n_ctx,
                 "n_batch": self.n_batch, "mode": self.mode, "kv_unified": self.kv_unified}
-
-    def _one_sequential(
-        self,
-        messages: Messages,
-        max_tokens: int,
-        temperature: float,
-        json_schema: dict[str, Any] | None,
-        seed: int,
-    ) -> GenerationResult:
-        kwargs: dict[str, Any] = {}
-        if json_schema is not None:
-            kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
-        try:
-            r = self.llm.create_chat_completion(
-                messages=messages,  # type: ignore[arg-type]
-                max_tokens=max_tokens,
-                temperature=temperature,
-                # plain temperature sampling, same chain as batched mode
-                top_k=0,
-                top_p=1.0,
-                min_p=0.0,
-                seed=seed,
-                **kwargs,
-            )
-        except (ValueError, RuntimeError) as e:  # prompt too long, decode failure
-            return GenerationResult.failure(f"llama.cpp: {e}")
-        choice = r["choices"][0]  # type: ignore[index]
-        usage = r["usage"]  # type: ignore[index]
-        return GenerationResult(
-            text=choice["message"]["content"] or "",
-            prompt_tokens=usage["prompt_tokens"],
-            completion_tokens=usage["completion_tokens"],
-            finish_reason=choice["finish_reason"] or "stop",
-        )
 
     def _make_sampler(self, temperature: float, grammar: Any, seed: int) -> Any:
         if grammar is not None and temperature == 0.0:
