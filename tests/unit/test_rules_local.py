@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.protocol.schema import GlobalRule
-from pfedma_flwr.rules.client.local_repo import (
-    LocalRuleRepository,
-    RuleMode,
-    local_utility,
-    relevance,
-)
+from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.enforcement import EnforcementResult, RuleOutcome, Uncovered
 from pfedma_flwr.rules.model import PrivacyRule
+from pfedma_flwr.rules.modes import RuleMode, local_utility, relevance
 
 
 class DictEmbedder:

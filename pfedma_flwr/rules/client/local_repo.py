@@ -33,7 +33,7 @@ from pfedma_flwr.rules.enforcement import (
 )
 from pfedma_flwr.rules.generalize import generalize, is_shareable, rule_from_uncovered
 from pfedma_flwr.rules.model import PrivacyRule, from_global
-from pfedma_flwr.rules.modes import AdaptDecision, AdaptReport, RuleMode, local_utility, relevance
+from pfedma_flwr.rules.modes import AdaptReport, RuleMode
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.safety import MatchBudget
 
@@ -49,17 +49,6 @@ MESSAGE_MATCH_BUDGET_S = 1.0
 #: rules are never evicted (they are bounded by the client's own sensitive items).
 MAX_LOCAL_RULES = 256
 
-__all__ = [
-    "MAX_ADOPTED_GLOBAL",
-    "MAX_LOCAL_RULES",
-    "MESSAGE_MATCH_BUDGET_S",
-    "AdaptDecision",
-    "AdaptReport",
-    "LocalRuleRepository",
-    "RuleMode",
-    "local_utility",
-    "relevance",
-]
 
 
 class LocalRuleRepository:
