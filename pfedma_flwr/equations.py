@@ -13,7 +13,7 @@
 
 from pfedma_flwr.anomaly.scores import anomaly_score
 from pfedma_flwr.routing.state import update_routing_state
-from pfedma_flwr.rules.client.local_repo import local_utility
+from pfedma_flwr.rules.modes import local_utility
 from pfedma_flwr.rules.server.promotion import (
     feedback_score,
     promote,
