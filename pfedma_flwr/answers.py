@@ -176,7 +176,10 @@ def _number_string(token: str) -> str:
     except InvalidOperation:
         return token
     if d == d.to_integral_value():
-        return str(d.quantize(Decimal(1)))
+        try:
+            return str(d.quantize(Decimal(1)))
+        except InvalidOperation:  # more digits than the context's 28 (a model's runaway number)
+            return format(d.to_integral_value(), "f")
     return format(d.normalize(), "f")
 
 

@@ -121,3 +121,15 @@ def test_action_is_correct_when_it_names_the_gold_tool_and_response_is_judged():
     assert is_correct("", "MessengerSendMessage", "action") is False
     # a response has no gold equality: a judge scores it (AlpacaEval)
     assert is_correct("The same text", "The same text", "response") is None
+
+
+@pytest.mark.parametrize("digits", [28, 29, 40, 4000])
+def test_a_runaway_integer_is_canonical_not_an_error(digits):
+    """More digits than Decimal's 28-digit context: quantize raised InvalidOperation, which
+    cost a client's whole reply in the server's round (found 2026-12-06)."""
+    big = "9" * digits
+    assert canonical_answer(f"The answer is {big}.", "number") == big
+    assert canonical_answer(f"-{big}.000", "number") == f"-{big}"
+    assert answers_equal(big, f"{big}.0", "number")
+    assert not answers_equal(big, "9" * (digits + 1), "number")
+    assert canonical_answer("1" * 40 + ".5", "number").startswith("1111")  # rounded, no error

@@ -120,3 +120,18 @@ class _Emb:
 class _Z:
     def __init__(self, answer: str) -> None:
         self.answer = answer
+
+
+def test_a_runaway_number_in_one_answer_is_absorbed_like_any_other():
+    """A 40-digit answer once raised in canonical_answer and the round rolled the client back."""
+    engine = _engine()
+    plan = engine.plan_round(1)
+    big = "9" * 40
+    answers = iter((big, "7"))
+    log = engine.absorb_round(1, {c: ClientReply(responses=tuple(
+        ProcessedResponse(q.query_id, StructuredResponse(next(answers)), tokens=3)
+        for q in ins.queries)) for c, ins in plan.items()}, {})
+    assert engine.totals.answers == 2 and engine.totals.answers_failed == 0
+    assert log["queries"] and engine.totals.retained + engine.totals.filtered == 2
+    second = [q for ins in engine.plan_round(2).values() for q in ins.queries]
+    assert {q.candidate for q in second} <= {big, "7"}
