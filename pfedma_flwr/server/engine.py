@@ -377,7 +377,7 @@ class CollaborationEngine:
 
         Returns the routed query and ``P_in`` itself (for what an orchestrator composes).
         """
-        refine = self.refine if q.t and self.settings.refine_query else None  # -RQ: none
+        refine = self.refine if self.settings.refine_query else None  # -RQ: none
         posed = pose(q, domain, global_rules, recognizer=self.recognizer, quarantine=self.rules,
                      refine=refine)
         q.query_rules_fired += len(posed.fired)

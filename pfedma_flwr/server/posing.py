@@ -71,7 +71,7 @@ def refinement(q: QueryState, refine: Refiner) -> tuple[str, str]:
 def pose(q: QueryState, domain: str, global_rules: Sequence[GlobalRule], *,
          recognizer: PiiRecognizer | None, quarantine: RuleQuarantine | None,
          refine: Refiner | None) -> Posed:
-    """``q̃`` of ``q``'s next round (``refine`` None: no refinement, e.g. round 1 or -RQ).
+    """``q̃`` of ``q``'s next round; from round 2 on with ``refine``'s text (None: -RQ).
 
     ``quarantine`` (the global repository) tells :func:`apply_query_rules` which rules are
     quarantined.
@@ -83,7 +83,8 @@ def pose(q: QueryState, domain: str, global_rules: Sequence[GlobalRule], *,
                                  keep=keep)
 
     text, fired = pin_fired(q.task.question)
-    ref, candidate = refinement(q, refine) if refine is not None else ("", "")
+    # round 1 has no z to refine from
+    ref, candidate = refinement(q, refine) if refine is not None and q.t else ("", "")
     if ref:
         ref, fired_ref = pin_fired(ref)
         fired = [*fired, *fired_ref]
