@@ -353,27 +353,32 @@ class LocalRuleRepository:
             budget=self._budget)
         return AdaptReport(decisions=tuple(decisions), skipped=skipped)
 
-    def _admissible(self, global_rules: Sequence[GlobalRule]) -> list[GlobalRule]:
-        """The active, runnable rules to adapt, at most :data:`MAX_ADOPTED_GLOBAL` in order.
+    def _admissible(
+        self, global_rules: Sequence[GlobalRule]
+    ) -> list[tuple[GlobalRule, PrivacyRule]]:
+        """The active, runnable rules to adapt, each with its local form, in order.
 
-        A rule this node cannot run safely is quarantined, never adopted.
+        At most :data:`MAX_ADOPTED_GLOBAL`; a rule this node cannot run safely is quarantined,
+        never adopted.
         """
-        todo: list[GlobalRule] = []
+        todo: list[tuple[GlobalRule, PrivacyRule]] = []
         for g in global_rules:
             if not g.active or f"g:{g.rule_id}" in self._quarantined:
                 continue
             if len(todo) >= MAX_ADOPTED_GLOBAL:
                 break
             try:
-                from_global(g)
+                local = from_global(g)  # checks its detectors, once per message
             except ValueError as e:
                 logger.warning("global rule %r rejected: %s", g.rule_id[:40], e)
                 self.quarantine(f"g:{g.rule_id}", "invalid")
                 continue
-            todo.append(g)
+            todo.append((g, local))
         return todo
 
-    def _store(self, todo: Sequence[GlobalRule]) -> tuple[list[GlobalRule], set[str]]:
+    def _store(
+        self, todo: Sequence[tuple[GlobalRule, PrivacyRule]]
+    ) -> tuple[list[GlobalRule], set[str]]:
         """Insert or update each rule's local copy (inactive until decided): kept, new ids.
 
         Everything is stored before deciding, so every rule (old and new) is embedded in one
@@ -381,8 +386,7 @@ class LocalRuleRepository:
         """
         new_ids: set[str] = set()
         kept: list[GlobalRule] = []
-        for g in todo:
-            local = from_global(g)
+        for g, local in todo:
             if local.rule_id in self._entries:
                 self._entries[local.rule_id].rule = local
             elif self._insert(local, active=False):
