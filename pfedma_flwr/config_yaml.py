@@ -37,20 +37,11 @@ HEADER = (
 FULL_BACKEND = "agent.backend"
 
 
-_COMMENTS: dict[type, dict[str, tuple[str, ...]]] = {}
-
-
 def field_comments(cls: type) -> dict[str, tuple[str, ...]]:
     """Field name -> the comment lines written directly above it in ``cls``'s source.
 
     A comment shared by consecutive fields (written above the first) belongs to the first.
     """
-    if cls not in _COMMENTS:
-        _COMMENTS[cls] = _read_comments(cls)
-    return _COMMENTS[cls]
-
-
-def _read_comments(cls: type) -> dict[str, tuple[str, ...]]:
     source = textwrap.dedent(inspect.getsource(cls))
     lines = source.splitlines()
     tree = ast.parse(source)
