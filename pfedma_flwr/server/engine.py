@@ -28,7 +28,7 @@ from pfedma_flwr.protocol.schema import (
     RespondInstruction,
     RoutedQuery,
 )
-from pfedma_flwr.protocol.wire import ClientDescription, reasoning_way
+from pfedma_flwr.protocol.wire import ClientDescription
 from pfedma_flwr.routing.base import (
     BaseOrchestrator,
     CandidateState,
@@ -43,7 +43,9 @@ from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.server.global_repo import GlobalRuleRepository
 from pfedma_flwr.rules.server.server_flow import REDISTRIBUTE_MODES, evolve_global_rules
 from pfedma_flwr.server.absorb import RoundSignals, absorb_answers, gather, query_log
+from pfedma_flwr.server.candidates import CandidateViews
 from pfedma_flwr.server.capability import Consensus, lone_answer_signals
+from pfedma_flwr.server.checkpoint import engine_state, load_engine_state
 from pfedma_flwr.server.posing import pose
 from pfedma_flwr.server.query_state import (
     EngineSettings,
@@ -52,13 +54,10 @@ from pfedma_flwr.server.query_state import (
     finish_record,
     round_record,
 )
-from pfedma_flwr.server.run_summary import run_summary
+from pfedma_flwr.server.run_summary import describe_run, run_summary
 from pfedma_flwr.server.totals import EngineTotals
 
 logger = logging.getLogger(__name__)
-
-CHECKPOINT_VERSION = 1
-
 
 class CollaborationEngine:
     """Server state of a PFedMA run over a stream of tasks (continuous batching).
@@ -138,18 +137,9 @@ class CollaborationEngine:
         return self._n_tasks * self.settings.t_max + 1
 
     def describe(self) -> dict[str, Any]:
-        """Configuration for ``summary()`` logs."""
-        s = self.settings
-        return {
-            "tasks": self._n_tasks, "T_max": s.t_max, "K_max": s.k_max,
-            "batch": s.batch_size, "orchestrator": self.orchestrator.name,
-            "judge": type(self.judge).__name__, "anomaly": (s.lambda_pool, s.alpha_con,
-                                                            s.tolerance, s.consensus,
-                                                            s.ablation),
-            "rules": (s.rule_mode, s.sim_threshold),
-            "ablations": {"RQ": not s.refine_query, "IA": not s.use_capability,
-                          "RT": not s.use_reliability},
-        }
+        """Configuration for ``summary()`` logs (:func:`~.run_summary.describe_run`)."""
+        return describe_run(self.settings, tasks=self._n_tasks, orchestrator=self.orchestrator.name,
+                            judge=type(self.judge).__name__)
 
     def _price(self, cid: str) -> float:
         """USD per million tokens of ``cid``: the server's price table at its described backbone."""
@@ -213,11 +203,9 @@ class CollaborationEngine:
         """Ask the orchestrator about each query in ``todo`` (finishing those that stop)."""
         s = self.settings
         q_embs = self.embedder.encode([q.task.question for q in todo])
-        # Candidate lists are O(N) per query, the server's largest cost at N = 1,000
-        # (bench/bench_server_scale.py). A candidate differs between queries only by "asked
-        # for this query", "filtered for this query" and its way of reasoning for the task, so
-        # each variant is built once per planning.
-        variants: dict[tuple[str, bool, str, bool], CandidateState] = {}
+        views = CandidateViews(clients=self.clients, routing=self.routing,
+                               profile_embeddings=self._profile_emb,
+                               price=self._price if s.prices else None)
         early_stop = self.orchestrator.stop_before_routing
         full: set[str] = set()  # clients already holding protocol.max_items queries
         for k, q in enumerate(todo):
@@ -237,7 +225,7 @@ class CollaborationEngine:
             kind = q.task.answer_kind
             filtered = {h.client_id for h in q.history
                         if h.response is not None and not h.retained}
-            candidates = [self._candidate(variants, c, c in q.asked, kind, c in filtered)
+            candidates = [views.get(c, asked=c in q.asked, kind=kind, filtered=c in filtered)
                           for c in room]
             sel = self._select(q, domain, q_embs[k], candidates, room)
             if sel is None:
@@ -251,21 +239,6 @@ class CollaborationEngine:
                 per_client.setdefault(c, []).append(q.routed[c])
                 if len(per_client[c]) >= s.max_queries_per_client:
                     full.add(c)
-
-    def _candidate(self, variants: dict[tuple[str, bool, str, bool], CandidateState], c: str,
-                   asked: bool, kind: str, filtered: bool) -> CandidateState:
-        """Client ``c`` as a candidate for a query (each variant built once per planning)."""
-        way = reasoning_way(self.clients[c].reasoning, kind)
-        got = variants.get((c, asked, way, filtered))
-        if got is None:
-            got = variants[(c, asked, way, filtered)] = CandidateState(
-                client_id=c, state=self.routing.get(c),
-                profile=self.clients[c].description,
-                price=self._price(c) if self.settings.prices else None,
-                profile_embedding=self._profile_emb[c], asked_for_this_query=asked,
-                domains=tuple(self.clients[c].domains), reasoning=way,
-                filtered_for_this_query=filtered)
-        return got
 
     def _select(self, q: QueryState, domain: str, embedding: np.ndarray,
                 candidates: list[CandidateState], room: list[str]) -> Selection | None:
@@ -407,34 +380,12 @@ class CollaborationEngine:
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self, server_round: int) -> dict[str, Any]:
-        """Everything needed to continue after ``server_round`` (taken between rounds)."""
-        return {
-            "version": CHECKPOINT_VERSION, "server_round": server_round,
-            "task_ids": self._task_ids, "finished": self.finished,
-            "active": [q.to_dict() for q in self._active],
-            "pending": [t.task_id for t in self._pending],
-            "routing": self.routing.to_dict(), "rules": self.rules.to_dict(),
-            "totals": self.totals.to_dict(), "rng": self._rng.bit_generator.state,
-            "orchestrator": hooks.orchestrator_state(self.orchestrator),
-        }
+        """State to continue after ``server_round`` (:func:`~.checkpoint.engine_state`)."""
+        return engine_state(self, server_round)
 
     def load_state_dict(self, d: Mapping[str, Any]) -> int:
         """Restore a :meth:`state_dict`; return the last completed server round."""
-        if d.get("version") != CHECKPOINT_VERSION:
-            raise ValueError(f"checkpoint version {d.get('version')!r} != {CHECKPOINT_VERSION}")
-        if list(d["task_ids"]) != self._task_ids:
-            raise ValueError("checkpoint was written for a different task stream "
-                             "(seed, benchmarks or sizes changed); cannot resume")
-        tasks = {t.task_id: t for t in self._tasks}
-        self.finished = [dict(r) for r in d["finished"]]
-        self._active = [QueryState.from_dict(q, tasks[q["task_id"]]) for q in d["active"]]
-        self._pending = [tasks[i] for i in d["pending"]]
-        self.routing = RoutingTable.from_dict(d["routing"])
-        self.rules = GlobalRuleRepository.from_dict(d["rules"], embedder=self.embedder)
-        self.totals = EngineTotals.from_dict(d["totals"])
-        self._rng.bit_generator.state = d["rng"]
-        hooks.load_orchestrator_state(self.orchestrator, d.get("orchestrator"))
-        return int(d["server_round"])
+        return load_engine_state(self, d)
 
     def summary(self, wall_seconds: float = 0.0) -> dict[str, Any]:
         """Run summary (:func:`~.totals.run_summary`): accuracy, costs, rules, status."""

@@ -46,3 +46,17 @@ def run_summary(
                        "max_answer_tokens": settings.max_answer_tokens},
     }
     return {**out, "status": run_status(out)}
+
+
+def describe_run(settings: EngineSettings, *, tasks: int, orchestrator: str,
+                 judge: str) -> dict[str, Any]:
+    """The loop constants a run logs at its start (the strategy's ``summary()``)."""
+    s = settings
+    return {
+        "tasks": tasks, "T_max": s.t_max, "K_max": s.k_max, "batch": s.batch_size,
+        "orchestrator": orchestrator, "judge": judge,
+        "anomaly": (s.lambda_pool, s.alpha_con, s.tolerance, s.consensus, s.ablation),
+        "rules": (s.rule_mode, s.sim_threshold),
+        "ablations": {"RQ": not s.refine_query, "IA": not s.use_capability,
+                      "RT": not s.use_reliability},
+    }
