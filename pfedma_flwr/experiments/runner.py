@@ -24,7 +24,6 @@ of replacing it; and a stop signal or a failed variant still writes the table of
 from __future__ import annotations
 
 import logging
-import math
 import os
 import queue
 import threading
@@ -32,13 +31,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pfedma_flwr.experiments import preflight, processes
-from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics, load_run, run_metrics
-from pfedma_flwr.experiments.compare import add_comparisons, correctness
-from pfedma_flwr.experiments.plots import make_plots
+from pfedma_flwr.experiments.analysis import load_run, run_metrics
+from pfedma_flwr.experiments.executor import flwr_executor
 from pfedma_flwr.experiments.presets import (
     ExperimentPreset,
     choice_overrides,
@@ -46,57 +45,27 @@ from pfedma_flwr.experiments.presets import (
     overrides_text,
 )
 from pfedma_flwr.experiments.resume import (
-    completed,
     decide,
     previous_walls,
     refuse_other_experiment,
     save_walls,
 )
-from pfedma_flwr.experiments.stats import mean_sd
-from pfedma_flwr.experiments.tables import write_comparison, write_tables
+from pfedma_flwr.experiments.tabulate import (  # noqa: F401  (seed_metrics: re-exported)
+    seed_metrics,
+    tabulate,
+)
 from pfedma_flwr.experiments.variant import (  # noqa: F401  (re-exported: the runner's API)
     Executor,
     ExperimentRefused,
     VariantFailed,
     VariantRun,
 )
-from pfedma_flwr.server.results import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 
 #: backends that generate without a local model (scripted agents, tests)
 SCRIPTED_BACKENDS = frozenset({"simulated", "mock"})
-_SLOT_PORTS = 10
-_DEFAULT_PORT = 39291
-
-
-def flwr_executor(port: int | None = None, timeout: float = 3600.0, data_dir: str = "",
-                  log_level: str | None = None, quiet: bool = False) -> Executor:
-    """An executor running each variant as a real ``flwr run`` simulation (``launch.run``).
-
-    ``port=None``: the default port, or a free one; under ``jobs > 1`` slot ``k > 0`` takes
-    the port ``10 k`` above. A run stopped by a signal raises
-    :class:`~pfedma_flwr.experiments.processes.Interrupted` (every process of it is stopped
-    already), any other failure :class:`VariantFailed`.
-    """
-
-    def execute(v: VariantRun) -> None:
-        from pfedma_flwr.experiments.launch import run  # Flower CLI machinery only when used
-
-        # concurrent variants (slots) each need their own SuperLink ports
-        slot_port = port if v.slot == 0 else (port or _DEFAULT_PORT) + _SLOT_PORTS * v.slot
-        rc = run(config=v.config, num_clients=v.num_clients, output_dir=v.output_dir,
-                 overrides=v.overrides, port=slot_port, timeout=timeout, data_dir=data_dir,
-                 resume=v.resume, overwrite=v.overwrite, log_level=log_level, quiet=quiet,
-                 backend_check=False)  # checked once for every variant by check_plan
-        if rc >= 128:
-            raise processes.Interrupted(rc - 128)
-        if rc != 0:
-            raise VariantFailed(f"variant {v.variant} of {v.experiment} failed (exit {rc}); "
-                                f"see {v.output_dir / 'run.log'}", rc)
-
-    return execute
 
 
 def select_variants(variants: Sequence[Any], only: Mapping[str, Sequence[str]]) -> list[Any]:
@@ -265,8 +234,7 @@ def run_experiment(
     executor: Executor | None = None, extra: Sequence[str] = (), reuse: bool = False,
     only: Mapping[str, Sequence[str]] | None = None, resume: bool = False,
     seeds: Sequence[int] = (), choices_dir: Path | None = None, jobs: int = 1,
-    overwrite: bool = False, tracking: str = "none",
-) -> dict[str, Any]:
+    overwrite: bool = False, tracking: str = "none") -> dict[str, Any]:
     """Run experiment ``name``; write ``results.csv``/``.md``, plots and ``experiment.json``.
 
     Parameters
@@ -313,6 +281,25 @@ def run_experiment(
     ExperimentRefused
         Before anything ran, naming the variant and the problem.
     """
+    preset, output_dir = _preset_and_dir(name, size, output_dir, jobs, tracking, overwrite)
+    # one plan for the runs to start (``only``) and for the table (every variant, lenient)
+    runs_of = partial(plan, preset, size, output_dir, num_clients=num_clients, extra=extra,
+                      seeds=seeds, choices_dir=choices_dir)
+    todo = _todo(runs_of, only, backends=executor is None, reuse=reuse, resume=resume,
+                 overwrite=overwrite)
+    return _run_all(executor or flwr_executor(), todo, jobs, tracking, output_dir,
+                    lambda w: tabulate(preset, size, output_dir, w, runs_of(lenient=True), seeds))
+
+
+def _preset_and_dir(name: str, size: str, output_dir: Path, jobs: int, tracking: str,
+                    overwrite: bool) -> tuple[ExperimentPreset, Path]:
+    """The preset and the resolved output dir, once the request itself is acceptable.
+
+    Raises
+    ------
+    ExperimentRefused
+        For ``jobs < 1``, an unusable ``tracking`` or an output dir of another experiment.
+    """
     from pfedma_flwr.experiments import tracking as trk
 
     if jobs < 1:
@@ -324,15 +311,32 @@ def run_experiment(
     except trk.TrackingError as e:
         raise ExperimentRefused(str(e)) from e
     refuse_other_experiment(output_dir, preset.name, size, overwrite)
+    return preset, output_dir
+
+
+def _todo(runs_of: Callable[..., list[tuple[Any, list[VariantRun]]]],
+          only: Mapping[str, Sequence[str]] | None, *, backends: bool, reuse: bool,
+          resume: bool, overwrite: bool) -> list[VariantRun]:
+    """The runs to start: every selected run checked (:func:`check_plan`), then decided.
+
+    Raises
+    ------
+    ExperimentRefused
+        For an unknown ``only`` axis or level, or the first problem :func:`check_plan` finds.
+    """
     try:
-        planned = plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
-                       only=only, seeds=seeds, choices_dir=choices_dir)
+        planned = runs_of(only=only)
     except ValueError as e:
         raise ExperimentRefused(str(e)) from e
-    check_plan([vr for _, reps in planned for vr in reps], backends=executor is None)
-    todo = decide(planned, reuse=reuse, resume=resume, overwrite=overwrite)
+    check_plan([vr for _, reps in planned for vr in reps], backends=backends)
+    return decide(planned, reuse=reuse, resume=resume, overwrite=overwrite)
+
+
+def _run_all(execute: Executor, todo: Sequence[VariantRun], jobs: int, tracking: str,
+             output_dir: Path, table: Callable[[dict[str, float]], dict[str, Any]]
+             ) -> dict[str, Any]:
+    """Run ``todo`` (each run tracked), then ``table`` the wall seconds; return the table."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    execute = executor or flwr_executor()
     walls = previous_walls(output_dir)
 
     def run_and_track(vr: VariantRun) -> None:
@@ -343,8 +347,7 @@ def run_experiment(
         with processes.stop_on_signals():
             _execute_all(run_and_track, todo, jobs, walls, lambda w: save_walls(output_dir, w))
     finally:  # what is done so far is tabled even when a variant failed or a signal came
-        result = _tabulate(preset, size, output_dir, walls, num_clients=num_clients,
-                           extra=extra, seeds=seeds, choices_dir=choices_dir)
+        result = table(walls)
     return result
 
 
@@ -357,53 +360,3 @@ def _track(tracking: str, vr: VariantRun, output_dir: Path) -> None:
         steps = trk.replay(vr.output_dir, tracker, final=final)
         logger.info("tracked %s: config, %d rounds, final metrics -> %s", vr.variant, steps,
                     tracker.target)
-
-
-def _tabulate(preset: ExperimentPreset, size: str, output_dir: Path, walls: dict[str, float],
-              *, num_clients: int | None, extra: Sequence[str], seeds: Sequence[int],
-              choices_dir: Path | None) -> dict[str, Any]:
-    """Table, comparison and plots of every variant whose runs all completed (merged)."""
-    rows: list[dict[str, Any]] = []
-    runs: dict[str, RunData] = {}
-    correct: dict[str, Any] = {}
-    n_seeds: dict[str, int] = {}
-    for variant, reps in plan(preset, size, output_dir, num_clients=num_clients, extra=extra,
-                              seeds=seeds, choices_dir=choices_dir, lenient=True):
-        if not all(completed(vr.output_dir) for vr in reps):
-            continue
-        loaded = [load_run(vr.output_dir) for vr in reps]
-        runs[variant.name] = loaded[0]
-        correct[variant.name] = correctness(loaded)
-        n_seeds[variant.name] = len(loaded)
-        rows.append({"variant": variant.name, "labels": dict(variant.labels),
-                     "metrics": seed_metrics([run_metrics(r) for r in loaded]),
-                     "runs": [vr.output_dir.name for vr in reps]})
-    add_clean_twin_metrics(rows, runs, undefended=preset.undefended)
-    comparison = add_comparisons(rows, correct, preset.reference, n_seeds)
-    files: list[Path] = []
-    if rows:
-        files += write_tables(preset, rows, output_dir)
-        files += write_comparison(
-            preset, comparison, output_dir,
-            reference=",".join(f"{a}={v}" for a, v in preset.reference.items()))
-        files += make_plots(preset, rows, runs, output_dir)
-    result = {"experiment": preset.name, "size": size, "description": preset.description,
-              "rows": rows, "comparison": comparison, "seeds": list(seeds),
-              "files": [str(f) for f in files], "wall_seconds": walls}
-    write_json_atomic(output_dir / "experiment.json", result)
-    return result
-
-
-def seed_metrics(per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One run's metrics, or the mean over seeds with ``<metric>_sd`` for ACC and its parts."""
-    if len(per_seed) == 1:
-        return dict(per_seed[0])
-    out: dict[str, float] = {}
-    for m in dict.fromkeys(k for ms in per_seed for k in ms):
-        mean, sd = mean_sd([ms.get(m, math.nan) for ms in per_seed])
-        out[m] = mean
-        if m == "ACC" or m.startswith("ACC/"):
-            out[m.replace("ACC", "ACC_sd", 1)] = sd
-    return out
-
-

@@ -4,8 +4,9 @@ Written at the end of each run (by the ServerApp and again by ``pfedma run``, wh
 command line and the exit code) and on demand by ``pfedma report DIR``. Everything here reads
 the run's own files (``summary.json``, ``rounds.jsonl``, ``queries.jsonl``); a file that is
 missing or damaged leaves its section out with a note, it never stops the report. The tables
-behind the plots are pure functions here; :mod:`pfedma_flwr.server.report_plots` draws them, and
-:func:`load_run` gives them as pandas frames.
+behind the plots are pure functions here; :mod:`pfedma_flwr.server.report_plots` draws them,
+:mod:`pfedma_flwr.server.report_markdown` writes them into ``report.md``, and :func:`load_run`
+gives them as pandas frames.
 """
 
 from __future__ import annotations
@@ -270,112 +271,8 @@ def round_table(rounds: Sequence[Mapping[str, Any]],
     return rows
 
 
-def _cell(v: Any) -> str:
-    """A Markdown table cell: one line, pipes escaped, at most 120 characters."""
-    s = " ".join(str(v).split()).replace("|", "\\|")
-    return s if len(s) <= 120 else s[:117] + "..."
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-            *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows), ""]
-
-
-def _pct(v: Any) -> str:
-    return f"{100 * v:.1f} %" if isinstance(v, int | float) and not isinstance(v, bool) else "-"
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return "-" if v is None else str(v)
-
-
 def _obj(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
-
-
-def render_markdown(run: RunDir, plots: Sequence[str] = ()) -> str:
-    """``report.md`` of a run: headline numbers first, then failures, rules, routing, rounds."""
-    s, info = run.summary, run.run_info
-    profiles = client_profiles(s)
-    lines = [f"# PFedMA run report: {run.path.name}", ""]
-    lines += _table(["", ""], [
-        ("status", s.get("status", "unknown (no summary.json)")),
-        *((("cause", s["cause"]),) if s.get("cause") else ()),
-        ("accuracy", _pct(s.get("accuracy"))),
-        ("queries", _fmt(s.get("num_queries"))), ("clients", _fmt(s.get("num_clients"))),
-        ("rounds per query", _fmt(s.get("rounds_per_query"))),
-        ("tokens per query", _fmt(s.get("tokens_per_query"))),
-        ("backend calls per query", _fmt(s.get("backend_calls_per_query"))),
-        ("wall time (s)", _fmt(s.get("wall_seconds"))),
-    ])
-    if run.problems:
-        lines += ["Not in this report: " + "; ".join(run.problems) + ".", ""]
-    acc = _obj(s.get("accuracy_by_benchmark"))
-    if acc:
-        lines += ["## Accuracy per benchmark", ""]
-        lines += _table(["benchmark", "accuracy"], [(k, _pct(v)) for k, v in sorted(acc.items())])
-    gen = _obj(s.get("generation"))
-    if gen:
-        lines += ["## Failures", "",
-                  f"{_fmt(gen.get('failed'))} of {_fmt(gen.get('answers'))} agent answers failed "
-                  f"({_fmt(gen.get('generation_failed'))} not produced by the agents; the run "
-                  f"fails above a share of {_fmt(gen.get('max_failed_share'))}).", ""]
-        codes = _obj(gen.get("failed_by_code"))
-        if codes:
-            lines += _table(["reason code", "answers"], sorted(codes.items(), key=lambda kv:
-                                                               (-_num(kv[1]), kv[0])))
-        by_client = _obj(gen.get("failed_by_client"))
-        if by_client:
-            lines += _table(["client", "failures"], [(client_label(k, profiles),
-                                                      json.dumps(v, sort_keys=True))
-                                                     for k, v in sorted(by_client.items())])
-    stops = _obj(s.get("stop_reasons"))
-    if stops:
-        lines += ["## Stop reasons", ""] + _table(["reason", "queries"], sorted(stops.items()))
-    rules = [r for r in s.get("global_rules") or [] if isinstance(r, dict)]
-    lines += ["## Global rule repository", ""]
-    lines += (_table(["rule", "text", "action", "H", "N", "active"],
-                     [(r.get("rule_id"), r.get("text"), r.get("action"), _fmt(r.get("h_score")),
-                       _fmt(r.get("n_evals")), r.get("active")) for r in rules])
-              if rules else ["No global rule was promoted.", ""])
-    clients = _obj(_obj(s.get("routing")).get("clients"))
-    if clients:
-        domains = sorted({d for c in clients.values() for d in _obj(_obj(c).get("capability"))})
-        lines += ["## Routing state per client", "",
-                  "C: capability per knowledge domain (- where the client was never asked "
-                  "about it); S: reliability.", ""]
-        lines += _table(["client", "profile", "S", *(f"C {d}" for d in domains)], [
-            (k, profiles.get(k, "") or "-", _fmt(_obj(c).get("reliability")),
-             *(_fmt(_obj(_obj(c).get("capability")).get(d)) for d in domains))
-            for k, c in sorted(clients.items())])
-    table = round_table(run.rounds, run.queries)
-    if table:
-        # one table: the queries finished by the end of a round and their accuracy come from
-        # the same rule (settled_round), so two tables can no longer disagree
-        by_round = {a.round: a for a in accuracy_by_round(run)}
-        benches = sorted({b for a in by_round.values() for b in a.by_benchmark})
-        cov = {c["round"]: c for c in rule_coverage(run.rounds)}
-        lines += ["## Flower rounds", "",
-                  "Answers and cost per round; queries finished by its end (their answer "
-                  "settled), their accuracy so far, and global rules (rule coverage).", ""]
-        head = [*table[0], "accuracy", *benches, "global rules", "active"]
-
-        def _row(r: dict[str, Any]) -> list[Any]:
-            a = by_round.get(r["round"])
-            by_b = a.by_benchmark if a is not None else {}
-            return [*r.values(), _pct(a.correct / a.done if a and a.done else None),
-                    *(_pct(by_b[b][0] / by_b[b][1]) if b in by_b else "-" for b in benches),
-                    cov[r["round"]]["global"], cov[r["round"]]["active"]]
-
-        lines += _table(head, [_row(r) for r in table])
-    lines += [f"![{Path(p).stem}]({p})" for p in plots] + ([""] if plots else [])
-    if info:
-        lines += ["## Provenance", ""] + _table(["", ""], [
-            (k, json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v)
-            for k, v in sorted(info.items())])
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def headline(path: Path | str) -> str:
@@ -386,6 +283,7 @@ def headline(path: Path | str) -> str:
 
 def write_report(path: Path | str) -> Path:
     """Write ``report.md`` and its plots into the run dir ``path``; return the report's path."""
+    from pfedma_flwr.server.report_markdown import render_markdown
     from pfedma_flwr.server.report_plots import write_plots
 
     run = load_run_dir(path)
