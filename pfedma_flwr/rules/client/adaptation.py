@@ -1,13 +1,13 @@
 """The adoption decision of redistributed global rules on one client (DESIGN §3.6, issue 12).
 
-:meth:`.local_repo.LocalRuleRepository.adapt` stores the snapshot's rules as
-inactive global copies, then calls :func:`decide_flags`, which sets every copy's flag and that
-of its local counterpart from ``Φ``.
+:meth:`.local_repo.LocalRuleRepository.adapt` picks the snapshot's rules it may adopt
+(:func:`admissible`), stores them as inactive global copies, then calls :func:`decide_flags`,
+which sets every copy's flag and that of its local counterpart from ``Φ``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -15,9 +15,39 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule
 from pfedma_flwr.rules.client.local_entries import Entry
 from pfedma_flwr.rules.client.relevance import MAX_ITEMS, detector_relevance, fire_matrix
+from pfedma_flwr.rules.model import PrivacyRule, from_global
 from pfedma_flwr.rules.modes import AdaptDecision, local_utility
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.safety import MatchBudget
+
+
+def admissible(
+    global_rules: Sequence[GlobalRule], quarantined: Collection[str], *, limit: int
+) -> tuple[list[tuple[GlobalRule, PrivacyRule]], list[tuple[GlobalRule, ValueError]]]:
+    """The active, runnable rules to adapt, each with its local form, in order; and the rejected.
+
+    At most ``limit`` rules; one whose copy ``g:<id>`` is in ``quarantined`` is skipped. One
+    whose local form fails (:func:`~pfedma_flwr.rules.model.from_global` checks its detectors)
+    is rejected with its error: the repository quarantines it, never adopts it, and a later
+    rule of the same id is skipped as quarantined.
+    """
+    todo: list[tuple[GlobalRule, PrivacyRule]] = []
+    rejected: list[tuple[GlobalRule, ValueError]] = []
+    bad: set[str] = set()
+    for g in global_rules:
+        gid = f"g:{g.rule_id}"
+        if not g.active or gid in quarantined or gid in bad:
+            continue
+        if len(todo) >= limit:
+            break
+        try:
+            local = from_global(g)  # checks its detectors, once per message
+        except ValueError as e:
+            rejected.append((g, e))
+            bad.add(gid)
+            continue
+        todo.append((g, local))
+    return todo, rejected
 
 
 def decide_flags(
@@ -92,4 +122,4 @@ def decide_flags(
     return decisions
 
 
-__all__ = ["decide_flags"]
+__all__ = ["admissible", "decide_flags"]

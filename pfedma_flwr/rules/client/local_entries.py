@@ -1,14 +1,24 @@
-"""One stored rule of ``Ω_i,local`` with its counters and flags, and its persisted form."""
+"""One stored rule of ``Ω_i,local`` with its counters and flags, and its persisted form.
+
+Also what :class:`.local_repo.LocalRuleRepository` does to its entries' counters
+(:func:`count_outcomes`, :func:`feedback_rows`) and the persisted form of the whole repository
+(:func:`repo_from_dict`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pfedma_flwr.rules.enforcement import Uncovered
+from pfedma_flwr.protocol.schema import RuleFeedback
+from pfedma_flwr.rules.enforcement import RuleOutcome, Uncovered
 from pfedma_flwr.rules.model import PrivacyRule, load_rule_lenient
+from pfedma_flwr.rules.modes import RuleMode
 from pfedma_flwr.rules.spans import literal_regex
+
+#: Version of the persisted repository (:meth:`.local_repo.LocalRuleRepository.to_dict`).
+REPO_VERSION = 1
 
 
 @dataclass
@@ -25,6 +35,38 @@ class Entry:
     # the global copy ("g:<id>") that won against this local rule in adapt(); only that copy
     # may hand the flag back, so a rule displaced by one copy is not revived by another
     displaced_by: str | None = None
+
+
+def count_outcomes(entries: Mapping[str, Entry], outcomes: Iterable[RuleOutcome]) -> list[str]:
+    """Add per-rule enforcement outcomes to the entries' counters; returns the unknown ids."""
+    unknown: list[str] = []
+    for o in outcomes:
+        e = entries.get(o.rule_id)
+        if e is None:
+            unknown.append(o.rule_id)
+            continue
+        e.n_trigger += int(o.triggered)
+        e.n_valid += int(o.valid)
+        e.n_conflict += int(o.conflict)
+    return unknown
+
+
+def feedback_rows(entries: Iterable[Entry], *, send: bool) -> list[RuleFeedback]:
+    """Δ counts of the global-origin entries since their last report, which moves to now.
+
+    A row (global id and the three Δ counts) only for an entry with ``Δn_trigger > 0``, and
+    none unless ``send``; every entry's ``reported`` counts move on either way.
+    """
+    rows: list[RuleFeedback] = []
+    for e in entries:
+        if e.rule.origin != "global" or e.rule.global_id is None:
+            continue
+        now = (e.n_trigger, e.n_valid, e.n_conflict)
+        dt, dv, dc = (a - b for a, b in zip(now, e.reported, strict=True))
+        e.reported = now
+        if dt > 0 and send:
+            rows.append(RuleFeedback(e.rule.global_id, dt, dv, dc))
+    return rows
 
 
 def entry_to_dict(e: Entry) -> dict[str, Any]:
@@ -49,6 +91,31 @@ def entry_from_dict(item: Any, k: int) -> Entry:
                  n_valid=counts[1], n_conflict=counts[2],
                  reported=(reported[0], reported[1], reported[2]),
                  displaced_by=str(by)[:200] if by else None)
+
+
+def repo_from_dict(d: Any) -> tuple[RuleMode, int, dict[str, str], dict[str, Entry]]:
+    """A persisted repository's mode, id counter, quarantine (id -> reason) and entries by id.
+
+    ``ValueError`` on a malformed or other-version payload.
+    """
+    if not isinstance(d, dict) or d.get("version") != REPO_VERSION:
+        got = d.get("version") if isinstance(d, dict) else type(d).__name__
+        raise ValueError(
+            f"local rule repository payload: expected version {REPO_VERSION}, got {got!r}"
+        )
+    try:
+        mode = RuleMode(d["mode"])
+        next_id = int(d["next_id"])
+        quarantined = {str(a): str(b)[:40] for a, b in dict(d.get("quarantined", {})).items()}
+        entries: dict[str, Entry] = {}
+        for k, item in enumerate(d["rules"]):
+            e = entry_from_dict(item, k)
+            if e.rule.rule_id in entries:
+                raise ValueError(f"duplicate rule id {e.rule.rule_id!r}")
+            entries[e.rule.rule_id] = e
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"local rule repository payload is malformed: {e!r}") from None
+    return mode, next_id, quarantined, entries
 
 
 def eviction_victim(entries: Mapping[str, Entry]) -> str | None:

@@ -1,6 +1,7 @@
 """The client's personalized rule repository ``Ω_i,local`` (DESIGN §3.6, seed App. F).
 
-It holds counters, computes local utility, adapts global rules and reports Δ-count feedback.
+It holds counters, computes local utility, adapts global rules and reports Δ-count feedback;
+the work on entries lives in :mod:`.local_entries` and :mod:`.adaptation`.
 
 Everything here stays on the client except :meth:`LocalRuleRepository.round_feedback` rows (a
 global rule id and three Δ counts) and the candidates made by
@@ -15,13 +16,16 @@ from typing import Any
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleCandidate, RuleFeedback, StructuredResponse
-from pfedma_flwr.rules.client.adaptation import decide_flags
+from pfedma_flwr.rules.client.adaptation import admissible, decide_flags
 from pfedma_flwr.rules.client.local_entries import (
+    REPO_VERSION,
     Entry,
+    count_outcomes,
     covering_inactive,
-    entry_from_dict,
     entry_to_dict,
     eviction_victim,
+    feedback_rows,
+    repo_from_dict,
 )
 from pfedma_flwr.rules.constants import PHI_DEFAULT, SIM_THRESHOLD
 from pfedma_flwr.rules.enforcement import (
@@ -32,14 +36,13 @@ from pfedma_flwr.rules.enforcement import (
     find_uncovered,
 )
 from pfedma_flwr.rules.generalize import generalize, is_shareable, rule_from_uncovered
-from pfedma_flwr.rules.model import PrivacyRule, from_global
+from pfedma_flwr.rules.model import PrivacyRule
 from pfedma_flwr.rules.modes import AdaptReport, RuleMode
 from pfedma_flwr.rules.pii import PiiRecognizer
 from pfedma_flwr.rules.safety import MatchBudget
 
 logger = logging.getLogger(__name__)
 
-REPO_VERSION = 1
 #: Redistributed global rules considered per message (the server sends its best first).
 MAX_ADOPTED_GLOBAL = 128
 #: Seconds of pattern matching for all responses of one message (all rules together).
@@ -48,7 +51,6 @@ MESSAGE_MATCH_BUDGET_S = 1.0
 #: inactive detector-only local rules, then the oldest global copies; literal-bearing local
 #: rules are never evicted (they are bounded by the client's own sensitive items).
 MAX_LOCAL_RULES = 256
-
 
 
 class LocalRuleRepository:
@@ -261,14 +263,8 @@ class LocalRuleRepository:
 
     def record_enforcement(self, result: EnforcementResult) -> None:
         """Add one enforcement's per-rule outcomes to the cumulative counters."""
-        for o in result.outcomes:
-            e = self._entries.get(o.rule_id)
-            if e is None:
-                logger.warning("enforcement outcome for unknown rule %r ignored", o.rule_id)
-                continue
-            e.n_trigger += int(o.triggered)
-            e.n_valid += int(o.valid)
-            e.n_conflict += int(o.conflict)
+        for rid in count_outcomes(self._entries, result.outcomes):
+            logger.warning("enforcement outcome for unknown rule %r ignored", rid)
 
     def note_guard_decision(self, named: Sequence[str], *, decided: bool) -> None:
         """Count a guard decision on the held safety rules it named (texts of ``named``).
@@ -290,16 +286,7 @@ class LocalRuleRepository:
         and omitting them avoids telling it which global rules this client holds but did not use.
         Rows hold only the global id and the three Δ counts.
         """
-        rows: list[RuleFeedback] = []
-        for e in self._entries.values():
-            if e.rule.origin != "global" or e.rule.global_id is None:
-                continue
-            now = (e.n_trigger, e.n_valid, e.n_conflict)
-            dt, dv, dc = (a - b for a, b in zip(now, e.reported, strict=True))
-            e.reported = now
-            if dt > 0 and self.mode.adopt:
-                rows.append(RuleFeedback(e.rule.global_id, dt, dv, dc))
-        return rows
+        return feedback_rows(self._entries.values(), send=self.mode.adopt)
 
     # ------------------------------------------------------------------ adaptation
 
@@ -335,7 +322,10 @@ class LocalRuleRepository:
         # Query rules act in the server's P_in only: a client never enforces them, so it
         # neither stores nor evaluates them (issue 30: they took adaptation budget for nothing)
         global_rules = [g for g in global_rules if g.scope != "query"]
-        todo = self._admissible(global_rules)
+        todo, rejected = admissible(global_rules, self._quarantined, limit=MAX_ADOPTED_GLOBAL)
+        for g, err in rejected:  # a rule this node cannot run safely: quarantined, not adopted
+            logger.warning("global rule %r rejected: %s", g.rule_id[:40], err)
+            self.quarantine(f"g:{g.rule_id}", "invalid")
         skipped = len(global_rules) - len(todo)
         # Global copies whose rule left the snapshot are stale (a repository of another run,
         # a rule the server dropped): removed, and what they displaced protects again.
@@ -352,29 +342,6 @@ class LocalRuleRepository:
             sim_threshold=sim_threshold, phi_default=phi_default, recognizer=recognizer,
             budget=self._budget)
         return AdaptReport(decisions=tuple(decisions), skipped=skipped)
-
-    def _admissible(
-        self, global_rules: Sequence[GlobalRule]
-    ) -> list[tuple[GlobalRule, PrivacyRule]]:
-        """The active, runnable rules to adapt, each with its local form, in order.
-
-        At most :data:`MAX_ADOPTED_GLOBAL`; a rule this node cannot run safely is quarantined,
-        never adopted.
-        """
-        todo: list[tuple[GlobalRule, PrivacyRule]] = []
-        for g in global_rules:
-            if not g.active or f"g:{g.rule_id}" in self._quarantined:
-                continue
-            if len(todo) >= MAX_ADOPTED_GLOBAL:
-                break
-            try:
-                local = from_global(g)  # checks its detectors, once per message
-            except ValueError as e:
-                logger.warning("global rule %r rejected: %s", g.rule_id[:40], e)
-                self.quarantine(f"g:{g.rule_id}", "invalid")
-                continue
-            todo.append((g, local))
-        return todo
 
     def _store(
         self, todo: Sequence[tuple[GlobalRule, PrivacyRule]]
@@ -411,21 +378,7 @@ class LocalRuleRepository:
         A stored pattern that fails today's check is dropped from its rule
         (:func:`~pfedma_flwr.rules.model.load_rule_lenient`): its literals keep protecting.
         """
-        if not isinstance(d, dict) or d.get("version") != REPO_VERSION:
-            got = d.get("version") if isinstance(d, dict) else type(d).__name__
-            raise ValueError(
-                f"local rule repository payload: expected version {REPO_VERSION}, got {got!r}"
-            )
-        try:
-            repo = cls(mode=RuleMode(d["mode"]))
-            repo._next_id = int(d["next_id"])
-            repo._quarantined = {str(a): str(b)[:40]
-                                 for a, b in dict(d.get("quarantined", {})).items()}
-            for k, item in enumerate(d["rules"]):
-                e = entry_from_dict(item, k)
-                if e.rule.rule_id in repo._entries:
-                    raise ValueError(f"duplicate rule id {e.rule.rule_id!r}")
-                repo._entries[e.rule.rule_id] = e
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"local rule repository payload is malformed: {e!r}") from None
+        mode, next_id, quarantined, entries = repo_from_dict(d)
+        repo = cls(mode=mode)
+        repo._next_id, repo._quarantined, repo._entries = next_id, quarantined, entries
         return repo

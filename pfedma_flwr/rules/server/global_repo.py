@@ -3,9 +3,10 @@
 DESIGN §3.1–3.5, seed App. F. ``RuleUpdate`` = :meth:`GlobalRuleRepository.apply_feedback`
 (H-scores from ``F^t``) followed by :meth:`GlobalRuleRepository.update` (promote ``G^t`` from the
 pool and :func:`~.resolve.resolve` the union). The pure formulas live in :mod:`.promotion`,
-:mod:`.feedback` and :mod:`.resolve`. Hostile clients bound what they can
-add: promotions are capped per round and per contributor (:func:`admit`), the repository and the
-redistributed snapshot are capped, and a rule that fails at run time is quarantined.
+:mod:`.feedback` and :mod:`.resolve`, new rules with their ids and the round-log reports in
+:mod:`.global_update`. Hostile clients bound what they can add: promotions are capped per
+round and per contributor (:func:`admit`), the repository and the redistributed snapshot are
+capped, and a rule that fails at run time is quarantined.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ import numpy as np
 
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import GlobalRule, RuleFeedback
-from pfedma_flwr.protocol.validation import short_id
 from pfedma_flwr.rules.constants import SIM_THRESHOLD
-from pfedma_flwr.rules.guard_catalogue import GUARD_SCOPE, catalogue_problem
-from pfedma_flwr.rules.model import check_detectors
 from pfedma_flwr.rules.normalize import text_key
 from pfedma_flwr.rules.server.feedback import SERVER_RATER, Electorate, client_scores, server_scores
 from pfedma_flwr.rules.server.global_update import (
     FeedbackReport,
     UpdateReport,
+    commit,
     confirmed,
     load_rules,
     new_twins,
+    promoted_rules,
+    seed_rules,
     spec_key,
 )
 from pfedma_flwr.rules.server.promotion import (
@@ -46,7 +47,6 @@ from pfedma_flwr.rules.server.resolve import ResolveResult, resolve
 logger = logging.getLogger(__name__)
 
 REPO_VERSION = 1
-
 
 
 # --------------------------------------------------------------------------- repository
@@ -189,17 +189,7 @@ class GlobalRuleRepository:
             self._score(index[rid], [s for _, s in scored], [c for c, _ in scored])
         if tally.unknown:
             logger.warning("feedback for %d unknown global rule id(s) ignored", len(tally.unknown))
-        return FeedbackReport(
-            n_clients=len(feedback_by_client),
-            n_rows=tally.n_rows,
-            n_scores=sum(len(s) for s in tally.scores.values()),
-            updated=tuple(sorted(tally.scores)),
-            # the round log lists a bounded excerpt of at most 16 (a client may send 512)
-            unknown=tuple(short_id(u) for u in sorted(tally.unknown)[:16]),
-            n_unknown=len(tally.unknown),
-            ignored_zero=tally.ignored.get("zero_trigger", 0),
-            ignored=dict(sorted(tally.ignored.items())),
-        )
+        return FeedbackReport.of(tally, n_clients=len(feedback_by_client))
 
     def apply_server_feedback(self, fired: Mapping[str, int]) -> list[str]:
         """H-scores of the query rules ``P_in`` applied this round (the server rates them)."""
@@ -229,19 +219,7 @@ class GlobalRuleRepository:
         chosen, refused, zeta, pool_emb = self._promote(server_round, pool)
 
         n_old = len(self._rules)
-        new_rules = [
-            GlobalRule(
-                rule_id="",  # assigned below, only if the rule survives the merge
-                text=c.text,
-                category=c.category,
-                scope=c.scope,
-                action=c.action,
-                entity_types=tuple(sorted(set(c.entity_types))),
-                patterns=tuple(sorted(set(c.patterns))),
-                created_round=server_round,
-            )
-            for c in (pool.candidates[i] for i in chosen)
-        ]
+        new_rules = promoted_rules([pool.candidates[i] for i in chosen], server_round)
         # Promotion (L2G) and feedback (full: adopted rules leave nothing uncovered to upload)
         # both show a response rule holds across clients; P_in then gets its twin.
         trusted = [r for r in self._rules if self.electorate.credible(r.rule_id)]
@@ -317,38 +295,20 @@ class GlobalRuleRepository:
     def _commit(self, rows: list[GlobalRule], res: ResolveResult, n_old: int,
                 n_promoted_rows: int
                 ) -> tuple[list[GlobalRule], list[str], list[str]]:
-        """Resolve's outcome as the repository: one rule per cluster representative.
+        """Store Resolve's outcome (:func:`~.global_update.commit`): rules, ids and aliases.
 
-        Rows from ``n_old`` on are new (promoted, then twins from ``n_promoted_rows``) and get
-        ids only if they survive; an old rule merged into an older equivalent becomes its
-        alias. Returns the kept rules and the ids of the added rules and twins.
+        An old rule merged into an older equivalent becomes its alias, and its holders and
+        raters become the survivor's. Returns the kept rules and the ids of the added rules and
+        twins.
         """
-        kept: list[GlobalRule] = []
-        added: list[str] = []
-        twin_ids: list[str] = []
-        for i in res.representatives:
-            rid = rows[i].rule_id
-            if i >= n_old:
-                self._next_id += 1
-                rid = f"{self.id_prefix}{self._next_id}"
-                (twin_ids if i >= n_promoted_rows else added).append(rid)
-            kept.append(
-                dataclasses.replace(
-                    rows[i],
-                    rule_id=rid,
-                    h_score=float(res.h[i]),
-                    n_evals=int(res.n[i]),
-                    active=bool(res.active[i]),
-                )
-            )
-        for i in range(n_old):  # existing rules merged into an older equivalent
-            if res.rep[i] != i:
-                into = rows[int(res.rep[i])].rule_id
-                self._aliases[rows[i].rule_id] = into
-                self.electorate.merge(rows[i].rule_id, into)
+        done = commit(rows, res, n_old, n_promoted_rows, id_prefix=self.id_prefix,
+                      next_id=self._next_id)
+        for old, into in done.merged:
+            self._aliases[old] = into
+            self.electorate.merge(old, into)
         self._aliases = {a: self._aliases.get(b, b) for a, b in self._aliases.items()}
-        self._rules = kept
-        return kept, added, twin_ids
+        self._rules, self._next_id = done.rules, done.next_id
+        return done.rules, done.added, done.twins
 
     def seed(self, rules: Sequence[GlobalRule]) -> list[str]:
         """Add the server's initial policy (active, ``H = N = 0``, round 0); returns new ids.
@@ -356,22 +316,11 @@ class GlobalRuleRepository:
         Ids are re-assigned from this repository's counter; a rule equivalent (same text and
         spec) to a stored one is skipped, so seeding a resumed repository adds nothing.
         """
-        have = {(text_key(r.text), spec_key(r)) for r in self._rules}
         new: list[GlobalRule] = []
-        for g in rules:
-            # a catalogue safety rule (guard scope) was checked against the catalogue where
-            # it was built; its relevance keywords never redact, so they skip the text probe
-            check_detectors(g.entity_types, g.patterns, probe=g.scope != GUARD_SCOPE)
-            if g.scope == GUARD_SCOPE and (why := catalogue_problem(
-                    g.text, g.category, g.action, g.entity_types, g.patterns)):
-                raise ValueError(f"initial rule {g.text[:60]!r}: {why}")
-            if (text_key(g.text), spec_key(g)) in have or \
-                    len(self._rules) + len(new) >= self.max_rules:
-                continue
+        for g in seed_rules(rules, self._rules, room=self.max_rules - len(self._rules)):
             self._next_id += 1
             new.append(dataclasses.replace(g, rule_id=f"{self.id_prefix}{self._next_id}",
                                            h_score=0.0, n_evals=0, active=True, created_round=0))
-            have.add((text_key(g.text), spec_key(g)))
         if new:
             emb = np.asarray(self.embedder.encode([r.text for r in new]), dtype=np.float32)
             self._rules.extend(new)
