@@ -7,7 +7,8 @@ prompt), then every step decodes one token of each still-active sequence in a si
 ``llama_decode`` and samples each sequence from its own logits row with its own sampler (greedy
 under a JSON-schema grammar checks the plain argmax first, see ``llama_sampling``; otherwise a
 chain of grammar, then greedy or temperature + seeded dist). ``mode="sequential"`` is the
-high-level ``create_chat_completion`` per prompt, kept as a reference and fallback.
+high-level ``create_chat_completion`` per prompt, kept as a reference and fallback. This module
+loads the model, formats prompts and sizes the context; ``llama_batch`` decodes each chunk.
 
 Prompts use the chat template stored in the GGUF metadata, formatted exactly as
 ``Llama.create_chat_completion`` does, so both modes see identical token sequences.
@@ -19,15 +20,14 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pfedma_flwr.agents.backends.base import Backend, GenerationResult, Messages
 from pfedma_flwr.agents.backends.embedded import (
     model_sha256,
 )
+from pfedma_flwr.agents.backends.llama_batch import BatchDecoder, Seq
 from pfedma_flwr.agents.backends.llama_chat import (
     chat_formatter,
     resolve_model,
@@ -40,33 +40,6 @@ logger = logging.getLogger(__name__)
 Mode = Literal["batched", "sequential"]
 MODES: tuple[str, ...] = ("batched", "sequential")
 _CTX_ROUND = 256
-_MIN_SHARED = 16
-# seconds between "generating" log lines of one batched call: a client's batch of the main
-# job decodes for minutes, and this is the only sign of life the run log gets meanwhile
-_PROGRESS_EVERY = 20.0
-
-
-def _common_prefix(seqs: list[list[int]]) -> int:
-    """Length of the token prefix shared by all sequences, leaving >= 1 own token each."""
-    n = min(len(s) for s in seqs) - 1
-    first = seqs[0]
-    for k in range(n):
-        if any(s[k] != first[k] for s in seqs[1:]):
-            return k
-    return max(n, 0)
-
-
-@dataclass
-class _Seq:
-    """Decoding state of one prompt in a batch."""
-
-    index: int
-    prompt: list[int]
-    budget: int
-    sampler: Any
-    out: list[int] = field(default_factory=list)
-    text: bytearray = field(default_factory=bytearray)
-    finish: str = ""
 
 
 class LlamaCppBackend(Backend):
@@ -272,7 +245,7 @@ class LlamaCppBackend(Backend):
         grammar = None
         if json_schema is not None:
             grammar = self._ll.LlamaGrammar.from_json_schema(json.dumps(json_schema), verbose=False)
-        seqs: list[_Seq] = []
+        seqs: list[Seq] = []
         stops: list[bytes] = []
         for k, p in enumerate(prompts):
             try:
@@ -286,12 +259,12 @@ class LlamaCppBackend(Backend):
                 )
                 continue
             budget = min(max_tokens, self.n_ctx - len(toks))
-            seqs.append(_Seq(k, toks, budget, self._make_sampler(temperature, grammar, seeds[k])))
+            seqs.append(Seq(k, toks, budget, self._make_sampler(temperature, grammar, seeds[k])))
         if seqs:
             per_seq = max(len(s.prompt) + s.budget for s in seqs)
             self._ensure_context(-(-per_seq // _CTX_ROUND) * _CTX_ROUND, len(prompts))
             try:
-                self._decode_all(seqs, stops)
+                self._decoder().decode_all(seqs, stops)
             except RuntimeError as e:
                 # a failed llama_decode leaves the shared KV state unusable for the whole chunk
                 for s in seqs:
@@ -312,94 +285,18 @@ class LlamaCppBackend(Backend):
             )
         return [r if r is not None else GenerationResult.failure("lost") for r in results]
 
-    def _decode(self) -> None:
-        rc = self._ll.llama_decode(self._ctx.ctx, self._batch.batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc}")
-
-    def _accept(self, s: _Seq, idx: int, stops: list[bytes]) -> None:
-        tok = s.sampler.sample(self._ctx.ctx, idx)
-        if self._ll.llama_vocab_is_eog(self._vocab, tok):
-            s.finish = "stop"
-            return
-        s.out.append(tok)
-        s.text += self.llm._model.token_to_piece(tok, special=False)
-        for stop in stops:
-            cut = s.text.find(stop)
-            if cut >= 0:
-                del s.text[cut:]
-                s.finish = "stop_string"
-                return
-        if len(s.out) >= s.budget:
-            s.finish = "length"
+    def _decoder(self) -> BatchDecoder:
+        """A decoder over the current context and batch (call after ``_ensure_context``)."""
+        return BatchDecoder(self._ll, self._ctx, self._batch, self._vocab, self.llm._model,
+                            self.n_batch, self._timing)
 
     def _prefill(self, seq_id: int, tokens: list[int], p0: int, p1: int, *, want_last: bool) -> int:
-        """Decode ``tokens[p0:p1]`` into ``seq_id``; return the batch row of the last logits."""
-        b = self._batch.batch
-        row = -1
-        for start in range(p0, p1, self.n_batch):
-            chunk = tokens[start : min(p1, start + self.n_batch)]
-            b.n_tokens = len(chunk)
-            for j, t in enumerate(chunk):
-                b.token[j] = t
-                b.pos[j] = start + j
-                b.n_seq_id[j] = 1
-                b.seq_id[j][0] = seq_id
-                b.logits[j] = False
-            if want_last and start + len(chunk) == p1:
-                b.logits[len(chunk) - 1] = True
-                row = len(chunk) - 1
-            self._decode()
-        return row
+        """See :meth:`BatchDecoder.prefill` (``llama_scoring`` prefills through this)."""
+        return self._decoder().prefill(seq_id, tokens, p0, p1, want_last=want_last)
 
     def timings(self) -> dict[str, float]:
         """Cumulative prefill/decode seconds and tokens of batched generations."""
         return dict(self._timing)
-
-    def _decode_all(self, seqs: list[_Seq], stops: list[bytes]) -> None:
-        t0 = time.perf_counter()
-        b = self._batch.batch
-        # Prefill each prompt on its own (chunks of n_batch): mixing sequences in one ubatch
-        # was ~4x slower in llama.cpp 0.3.36 on CPU. A prefix shared by all prompts (system
-        # prompt + few-shot examples) is computed once and copied to the other sequences.
-        shared = _common_prefix([s.prompt for s in seqs]) if len(seqs) > 1 else 0
-        if shared >= _MIN_SHARED:
-            self._prefill(seqs[0].index, seqs[0].prompt, 0, shared, want_last=False)
-            for s in seqs[1:]:
-                self._ll.llama_memory_seq_cp(self._ctx.memory, seqs[0].index, s.index, -1, -1)
-        else:
-            shared = 0
-        for s in seqs:
-            idx = self._prefill(s.index, s.prompt, shared, len(s.prompt), want_last=True)
-            self._accept(s, idx, stops)
-        t1 = time.perf_counter()
-        self._timing["prefill_s"] += t1 - t0
-        self._timing["prefill_tokens"] += shared + sum(len(s.prompt) - shared for s in seqs)
-        # Decode: one token per active sequence per llama_decode.
-        active = [s for s in seqs if not s.finish]
-        steps = 0
-        started = time.monotonic()
-        note = started + _PROGRESS_EVERY
-        while active:
-            if time.monotonic() >= note:
-                note = time.monotonic() + _PROGRESS_EVERY
-                logger.info("generating %d answers: %d done, %d tokens after %.0f s", len(seqs),
-                            len(seqs) - len(active), sum(len(s.out) for s in seqs),
-                            note - _PROGRESS_EVERY - started)
-            b.n_tokens = len(active)
-            for j, s in enumerate(active):
-                b.token[j] = s.out[-1]
-                b.pos[j] = len(s.prompt) + len(s.out) - 1
-                b.n_seq_id[j] = 1
-                b.seq_id[j][0] = s.index
-                b.logits[j] = True
-            self._decode()
-            for j, s in enumerate(active):
-                self._accept(s, j, stops)
-            steps += len(active)
-            active = [s for s in active if not s.finish]
-        self._timing["decode_s"] += time.perf_counter() - t1
-        self._timing["decode_tokens"] += steps
 
     def close(self) -> None:
         """Free the batched context and the model."""
