@@ -145,32 +145,41 @@ def parse_guard_reply(text: str) -> GuardReply:
     return GuardReply(denied=True, rule_ids=ids)
 
 
-def _task_lines(task_block: str) -> tuple[str, ...]:
-    lines = [ln.strip() for ln in task_block.splitlines() if ln.strip()]
-    keep = [ln for ln in lines if ln.startswith(("Task:", "User information:"))]
-    return tuple(ln[:240] for ln in (keep or lines[:1]))
+def _task_and_grounds(task_block: str) -> tuple[str, tuple[str, ...]]:
+    """The ``Task:`` line (what a claim is about) and the other lines (its evidence)."""
+    lines = [ln.strip()[:240] for ln in task_block.splitlines() if ln.strip()]
+    task = [ln for ln in lines if ln.startswith("Task:")]
+    rest = tuple(ln for ln in lines if not ln.startswith("Task:"))
+    return " ".join(task)[:300], rest or tuple(lines[:1])
 
 
 def guard_response(reply: GuardReply, task_block: str) -> StructuredResponse:
     """The structured response of a guard decision: ``deny``/``allow`` and the rules as claims.
 
-    Each claim restates the decision about *this* task and user (``... Task: ...``), with the
-    task block's lines as evidence, so the anomaly evaluator's evidence term sees a supported
-    claim whatever the decision (a bare "ACTION GRANTED" scored a_evi 0.97 against 0.62 for a
-    rule claim with MiniLM: allows would have been filtered first).
+    Each claim states the decision about *this* task (``... Task: ...``); its evidence is the
+    rest of the task block (website, proposed action, user information), which the claim does
+    not restate, so the anomaly evaluator's evidence term measures a supported claim whatever
+    the decision. Measured with MiniLM on 40 items, two identical replies per item: a bare
+    "ACTION GRANTED" had scored a_evi 0.97 against 0.62 for a rule claim (allows filtered
+    first); claims that restated the whole block, with the block's lines as evidence, lost
+    every evidence item to the no-self-support rule (:func:`~pfedma_flwr.anomaly.evidence.
+    independent_evidence`): a_evi 0.97 for every decision, scores 0.49-0.51 against the 0.5
+    tolerance, so half of the unanimous decisions were filtered and ``z`` fell back to an
+    allow (``privacy --size small``, 2026-12-06). This form: a_evi 0.31 (allow), 0.31 (deny),
+    0.33 (deny naming R3), every unanimous decision retained.
     """
-    evidence = _task_lines(task_block)
-    about = " ".join(evidence)[:300]
+    about, evidence = _task_and_grounds(task_block)
+    sfx = f". {about}" if about else ""
     claims: tuple[Claim, ...]
     if not reply.decided:
-        claims = (Claim(f"{UNDECIDED_CLAIM}. {about}", evidence),)
+        claims = (Claim(f"{UNDECIDED_CLAIM}{sfx}", evidence),)
     elif not reply.denied:
-        claims = (Claim(f"{GRANTED_CLAIM}. {about}", evidence),)
+        claims = (Claim(f"{GRANTED_CLAIM}{sfx}", evidence),)
     elif reply.rule_ids:
-        claims = tuple(Claim(f"{rid}: {safety_rule(rid).violation}. {about}", evidence)
+        claims = tuple(Claim(f"{rid}: {safety_rule(rid).violation}{sfx}", evidence)
                        for rid in reply.rule_ids)
     else:
-        claims = (Claim(f"{DENIED_CLAIM}. {about}", evidence),)
+        claims = (Claim(f"{DENIED_CLAIM}{sfx}", evidence),)
     return StructuredResponse(final_answer="deny" if reply.denied else "allow", claims=claims,
                               domain_fit=0.5, self_confidence=1.0 if reply.decided else 0.5)
 

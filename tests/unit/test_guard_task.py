@@ -24,6 +24,7 @@ from pfedma_flwr.agents.guard import (
     named_rules,
     parse_guard_reply,
 )
+from pfedma_flwr.anomaly.evidence import independent_evidence
 from pfedma_flwr.data.benchmarks import load_benchmark
 from pfedma_flwr.experiments.agent_benchmarks import guard_from_decisions
 from pfedma_flwr.rules.guard_catalogue import SAFETY_RULES, safety_rule
@@ -127,19 +128,32 @@ def test_guard_response_claims_carry_the_rule_and_named_rules_reads_them(web):
     user = ("User information: age=47, domestic=false, dr_license=true, vaccine=true, "
             "membership=true")
     assert deny.final_answer == "deny"
-    # the rule, restated about this task and user, with those lines as evidence
+    # the rule, about this task, with the rest of the block (user information last) as evidence
     assert [c.claim for c in deny.claims] == [
-        f"R5: User must be in certain countries to search movies/musics/video. {task} {user}"]
-    assert deny.claims[0].evidence == (task, user)
+        f"R5: User must be in certain countries to search movies/musics/video. {task}"]
+    assert len(deny.claims[0].evidence) == 3 and deny.claims[0].evidence[-1] == user
+    assert [e.split(":")[0] for e in deny.claims[0].evidence] == [
+        "Website", "Proposed action", "User information"]
     allow = guard_response(GuardReply(False), block)
-    assert (allow.final_answer, allow.claims[0].claim) == (
-        "allow", f"{GRANTED_CLAIM}. {task} {user}")
+    assert (allow.final_answer, allow.claims[0].claim) == ("allow", f"{GRANTED_CLAIM}. {task}")
     undecided = guard_response(GuardReply(False, decided=False), block)
     assert undecided.claims[0].claim.startswith(UNDECIDED_CLAIM)
     assert undecided.self_confidence == 0.5
     assert named_rules([c.claim for c in deny.claims]) == ("R5",)
     assert named_rules(["the rule R6 and " + R3_TEXT.lower()]) == ("R3", "R6")
     assert named_rules([c.claim for c in (*allow.claims, *undecided.claims)]) == ()
+
+
+def test_no_evidence_of_a_guard_claim_restates_it(web):
+    # the no-self-support rule drops an evidence item whose words are all its claim's; a claim
+    # that restated its evidence left every guard decision at a_evi ~0.97, on the 0.5 tolerance
+    # (privacy --size small, 2026-12-06): every item, every kind of decision keeps its evidence
+    replies = [GuardReply(True, ("R1", "R3")), GuardReply(True), GuardReply(False),
+               GuardReply(False, decided=False)]
+    for t in web:
+        for reply in replies:
+            for c in guard_response(reply, t.question).claims:
+                assert independent_evidence(c.claim, c.evidence) == c.evidence, (t.task_id, c)
 
 
 def _metrics(web, reply_of) -> dict[str, float]:
