@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         "restating": restating, "current": guard_response}
     lines = [f"`python3 bench/bench_guard_evidence.py --items {a.items}` ({len(items)} items, "
              "two identical replies each, MiniLM embedding judge, tolerance 0.5)", "",
-             "| form | reply | mean a_evi | mean score [min, max] | retained |", "|---|---|---|---|---|"]
+             "| form | reply | mean a_evi | mean score [min, max] | retained |",
+             "|---|---|---|---|---|"]
     for form, make in forms.items():
         for name, reply in REPLIES.items():
             groups = [[make(reply, t.question)] * 2 for t in items]
