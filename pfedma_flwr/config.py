@@ -11,6 +11,7 @@ Each component receives only its own section.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ __all__ = [
     "RULE_MODES", "AdversaryConfig", "AgentConfig", "AnomalyConfig", "BackendConfig",
     "ConfigError", "DataConfig", "EmbeddingConfig", "EvaluationConfig", "OutputConfig",
     "PFedMAConfig", "ProtocolConfig", "RoutingConfig", "RulesConfig", "StrategyConfig",
-    "config_path", "load_config", "parse_bool", "parse_overrides", "reject_interpolation",
+    "config_path", "load_config", "parse_bool", "parse_overrides", "reject_interpolation", "schema",
     "to_yaml",
 ]
 
@@ -97,7 +98,6 @@ def reject_interpolation(value: Any, where: str) -> None:
 
 def _bool_keys(cls: type, prefix: str = "") -> set[str]:
     """Dotted paths of the ``bool`` fields of config dataclass ``cls`` (nested sections)."""
-    import dataclasses
     import typing
 
     out: set[str] = set()
@@ -115,11 +115,29 @@ def _validate(cfg: PFedMAConfig) -> None:
         raise ConfigError(problems[0])
 
 
+def schema() -> DictConfig:
+    """Every key at its default, as a node that overrides can be merged into.
+
+    OmegaConf marks a frozen dataclass's node read-only; a frozen section (``protocol``, the
+    wire's :class:`~pfedma_flwr.protocol.validation.Limits`) is still configurable, and the
+    frozen value is built when the merged node becomes objects.
+    """
+    base = OmegaConf.structured(PFedMAConfig)
+    defaults = PFedMAConfig()
+    for f in dataclasses.fields(defaults):
+        params = getattr(getattr(defaults, f.name), "__dataclass_params__", None)
+        if params is not None and params.frozen:
+            OmegaConf.set_readonly(base[f.name], False)
+    return base
+
+
 def _merge(*parts: Any) -> PFedMAConfig:
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(PFedMAConfig), *parts)
+        merged = OmegaConf.merge(schema(), *parts)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
+        raise ConfigError(f"invalid configuration: {e}") from e
+    except ValueError as e:  # a frozen section's own check (e.g. protocol.max_depth=0)
         raise ConfigError(f"invalid configuration: {e}") from e
     assert isinstance(cfg, PFedMAConfig)
     _validate(cfg)

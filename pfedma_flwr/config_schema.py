@@ -10,7 +10,7 @@ read their defaults from here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from pfedma_flwr.protocol.validation import Limits
@@ -289,34 +289,10 @@ class EmbeddingConfig:
     model_path: str = ""
 
 
-@dataclass
-class ProtocolConfig:
-    """Caps on untrusted payloads: the fields of :class:`~pfedma_flwr.protocol.validation.Limits`.
-
-    Limits is frozen (a value the decoders share) and OmegaConf needs a mutable node, so the
-    fields are listed again here; ``tests/unit/test_protocol_config.py`` fails when the two
-    lists or their defaults differ, and :meth:`limits` copies every field by name.
-    """
-
-    # characters of one text field, claims and evidence items per answer, items (queries,
-    # answers) and rules per message
-    max_text_chars: int = 8000
-    max_claims: int = 16
-    max_evidence: int = 8
-    max_items: int = 256
-    max_rules: int = 512
-    # whole reply cap in characters, checked before parsing
-    max_payload_chars: int = 16_000_000
-    # ids (query, rule, client keys, domains) are echoed in round logs and prompts
-    max_id_chars: int = 128
-    # JSON nesting of a message (a valid one nests 7 deep)
-    max_depth: int = 16
-    # self-reported tokens per answer (cost columns are client-reported; issue 30)
-    max_answer_tokens: int = 65_536
-
-    def limits(self) -> Limits:
-        """The validation caps of the wire (:mod:`pfedma_flwr.protocol`)."""
-        return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
+# Caps on untrusted payloads. The section is protocol.validation.Limits itself (one definition
+# of the fields and their defaults): Limits is frozen because the decoders share one value, and
+# config.schema() makes its node writable so overrides can merge into it.
+ProtocolConfig = Limits
 
 
 @dataclass
@@ -391,7 +367,7 @@ class PFedMAConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     data: DataConfig = field(default_factory=DataConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
-    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    protocol: Limits = field(default_factory=Limits)
     output: OutputConfig = field(default_factory=OutputConfig)
     adversary: AdversaryConfig = field(default_factory=AdversaryConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)

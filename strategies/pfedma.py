@@ -142,7 +142,7 @@ class PFedMA(Strategy):
         s = cfg.strategy
         return cls(engine=build_engine(cfg, tasks, on_query_end, customize=cls.engine_parts),
                    round_timeout=s.round_timeout, min_nodes=s.min_nodes,
-                   node_wait_timeout=s.node_wait_timeout, limits=cfg.protocol.limits(),
+                   node_wait_timeout=s.node_wait_timeout, limits=cfg.protocol,
                    identity=s.identity, on_round_end=on_round_end)
 
     # ------------------------------------------------------------------ Flower API

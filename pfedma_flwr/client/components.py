@@ -138,7 +138,7 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         max_tokens=backend.max_tokens, open_max_tokens=a.open_max_tokens,
         temperature=backend.temperature,
         sim_threshold=cfg.rules.sim_threshold, phi_default=cfg.rules.phi_default,
-        limits=cfg.protocol.limits(),
+        limits=cfg.protocol,
         client_key=str(node.get("client-id", "")) or f"partition-{pid}",
         hooks=_hooks(cfg, policy, pid, n, data_dir),
         response_format=a.response_format, seed=cfg.seed * 1000 + pid, lessons=a.lessons,

@@ -41,7 +41,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from pfedma_flwr.agents import hooks as adv
-from pfedma_flwr.config import PFedMAConfig
+from pfedma_flwr.config import PFedMAConfig, schema
 from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.data.profiles import profile_for_client
 from pfedma_flwr.experiments import agent_benchmarks as bench
@@ -89,7 +89,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 def load_run(out_dir: Path) -> RunData:
     """Read a run's output directory (raises ``FileNotFoundError`` without ``summary.json``)."""
     summary = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
-    merged = OmegaConf.merge(OmegaConf.structured(PFedMAConfig),
+    merged = OmegaConf.merge(schema(),
                              OmegaConf.load(out_dir / "config.yaml"))
     cfg = OmegaConf.to_object(merged)
     assert isinstance(cfg, PFedMAConfig)

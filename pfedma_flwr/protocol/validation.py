@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 # The fixed rejection codes (``schema:<field>`` is formed from the field name).
@@ -74,28 +74,32 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Size caps for untrusted payloads (configurable in the config section ``protocol``)."""
+    """Caps on untrusted payloads, checked by every decoder (the config section protocol)."""
 
+    # characters of one text field, claims and evidence items per answer, items (queries,
+    # answers) and rules per message
     max_text_chars: int = 8000
     max_claims: int = 16
     max_evidence: int = 8
     max_items: int = 256
     max_rules: int = 512
-    # whole-message cap, checked before JSON parsing so a huge reply costs no parse time
+    # whole reply cap in characters, checked before JSON parsing so a huge reply costs no parse
+    # time
     max_payload_chars: int = 16_000_000
-    # ids (query, rule, client keys) are echoed in round logs: far shorter than free text
+    # ids (query, rule, client keys, domains) are echoed in round logs and prompts: far shorter
+    # than free text
     max_id_chars: int = 128
-    # nesting of a valid message is at most 7 (reply > responses > response > claims > ...)
+    # JSON nesting of a message (a valid one nests 7 deep: reply > responses > response > ...)
     max_depth: int = 16
     # self-reported tokens of one answer (the reply's total: max_items times this); 10^9 per
     # answer inflated summary.json's cost columns 10^6x (issue 30)
     max_answer_tokens: int = 65_536
 
     def __post_init__(self) -> None:
-        for name in ("max_text_chars", "max_claims", "max_evidence", "max_items", "max_rules",
-                     "max_payload_chars", "max_id_chars", "max_depth", "max_answer_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"protocol.{f.name} must be an integer >= 1, got {value!r}")
 
 
 DEFAULT_LIMITS = Limits()

@@ -15,7 +15,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from pfedma_flwr import config_schema
-from pfedma_flwr.config import CONF_DIR, PFedMAConfig
+from pfedma_flwr.config import CONF_DIR, PFedMAConfig, schema
 from pfedma_flwr.config_yaml import field_comments, main, render
 
 
@@ -27,7 +27,7 @@ def test_the_committed_yaml_is_the_generated_one():
 
 def test_the_generated_yaml_loads_back_to_every_default():
     data = yaml.safe_load(render())
-    loaded = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PFedMAConfig), data))
+    loaded = OmegaConf.to_object(OmegaConf.merge(schema(), data))
     assert loaded == PFedMAConfig()
 
 

@@ -241,7 +241,7 @@ class StrategyHarness:
                                   dev_pool_per_benchmark=cfg.data.dev_pool_per_benchmark)
         self.finished: list[dict[str, Any]] = []
         engine = build_engine(cfg, tasks, on_query_end=self.finished.append)
-        self.strategy = PFedMA(engine=engine, min_nodes=3, limits=cfg.protocol.limits())
+        self.strategy = PFedMA(engine=engine, min_nodes=3, limits=cfg.protocol)
         engine.register_clients(self.strategy.handshake(self.grid, list(self.grid.node_ids)))
         self.round = 0
 

@@ -183,14 +183,14 @@ def test_reasoning_way_applies_to_computed_answers_only():
     assert reasoning_way("cot", "number") == "cot"
 
 
-def test_protocol_config_lists_every_limit_with_its_default():
-    # the config section is Limits' mutable twin: same fields, same defaults, all configurable
-    from dataclasses import fields
-
-    from pfedma_flwr.config import ProtocolConfig
+def test_protocol_section_is_the_wire_limits_and_takes_overrides():
+    # one definition: the config section is the frozen value the decoders use
     from pfedma_flwr.protocol.validation import Limits
 
-    assert ([(f.name, f.default) for f in fields(ProtocolConfig)]
-            == [(f.name, f.default) for f in fields(Limits)])
     cfg = load_config({"overrides": "protocol.max_id_chars=40 protocol.max_depth=9"})
-    assert cfg.protocol.limits() == Limits(max_id_chars=40, max_depth=9)
+    assert cfg.protocol == Limits(max_id_chars=40, max_depth=9)
+    assert load_config({}).protocol == Limits()
+    with pytest.raises(ConfigError, match=r"protocol.max_depth must be an integer >= 1"):
+        load_config({"overrides": "protocol.max_depth=0"})
+    with pytest.raises(ConfigError, match="max_items"):
+        load_config({"overrides": "protocol.max_items=lots"})
