@@ -8,7 +8,7 @@ redistributes, a client's local rule) shares one detector spec and one serializa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from pfedma_flwr.protocol.validation import (
@@ -34,12 +34,28 @@ RULE_SCOPES: tuple[str, ...] = ("query", "response", "guard")
 RULE_ACTIONS: tuple[str, ...] = ("redact", "generalize", "refuse")
 
 
-#: The detector spec every rule form shares (a candidate, a global rule, a client's local rule):
-#: one serialization for all three (issue 31 item 6).
-RULE_SPEC_FIELDS = ("text", "category", "scope", "action", "entity_types", "patterns")
+@dataclass(frozen=True)
+class RuleSpec:
+    """The detector spec every rule form shares: the fields are declared here once.
+
+    A candidate, a global rule and a client's local rule
+    (:class:`~pfedma_flwr.rules.model.PrivacyRule`) extend it with their own fields, which
+    are keyword-only (``rule_id`` has no default) so the shared fields keep their order.
+    """
+
+    text: str
+    category: str
+    scope: str = "response"
+    action: str = "redact"
+    entity_types: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
 
 
-def rule_spec_dict(rule: Any) -> dict[str, Any]:
+#: The shared fields' names, in their wire order (issue 31 item 6).
+RULE_SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RuleSpec))
+
+
+def rule_spec_dict(rule: RuleSpec) -> dict[str, Any]:
     """The shared fields of any rule form as JSON (tuples as lists)."""
     return {"text": rule.text, "category": rule.category, "scope": rule.scope,
             "action": rule.action, "entity_types": list(rule.entity_types),
@@ -59,15 +75,8 @@ def rule_spec_from(d: dict[str, Any], path: str, lim: Limits) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class RuleCandidate:
+class RuleCandidate(RuleSpec):
     """A generalized rule ``ω̄ = P_gen(ω)`` as uploaded: no literals, no client id (seed App. F)."""
-
-    text: str
-    category: str
-    scope: str = "response"
-    action: str = "redact"
-    entity_types: tuple[str, ...] = ()
-    patterns: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return rule_spec_dict(self)
@@ -82,16 +91,10 @@ class RuleCandidate:
 
 
 @dataclass(frozen=True)
-class GlobalRule:
+class GlobalRule(RuleSpec):
     """A rule of ``Ω_global`` as redistributed to clients (DESIGN §4; never holds literals)."""
 
-    rule_id: str
-    text: str
-    category: str
-    scope: str = "response"
-    action: str = "redact"
-    entity_types: tuple[str, ...] = ()
-    patterns: tuple[str, ...] = ()
+    rule_id: str = field(kw_only=True)
     h_score: float = 0.0
     n_evals: int = 0
     active: bool = True

@@ -17,6 +17,7 @@ from pfedma_flwr.answers import ANSWER_KINDS, TASK_FORMATS
 from pfedma_flwr.protocol.rule_wire import GlobalRule as GlobalRule
 from pfedma_flwr.protocol.rule_wire import RuleCandidate as RuleCandidate
 from pfedma_flwr.protocol.rule_wire import RuleFeedback as RuleFeedback
+from pfedma_flwr.protocol.rule_wire import RuleSpec as RuleSpec
 from pfedma_flwr.protocol.validation import (
     DEFAULT_LIMITS,
     Limits,

@@ -14,10 +14,16 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pfedma_flwr.protocol.rule_wire import RULE_ACTIONS, RULE_SCOPES, GlobalRule, rule_spec_dict
+from pfedma_flwr.protocol.rule_wire import (
+    RULE_ACTIONS,
+    RULE_SCOPES,
+    GlobalRule,
+    RuleSpec,
+    rule_spec_dict,
+)
 from pfedma_flwr.rules.guard_catalogue import GUARD_CATEGORY, GUARD_SCOPE, catalogue_problem
 from pfedma_flwr.rules.safety import (
     MATCH_TIMEOUT_S,
@@ -116,7 +122,7 @@ def check_detectors(entity_types: Sequence[str], patterns: Sequence[str], *,
 
 
 @dataclass(frozen=True)
-class PrivacyRule:
+class PrivacyRule(RuleSpec):
     """One privacy rule ``ω = {id, text, category, scope, action, entities, patterns, literals}``.
 
     Implements DESIGN §4. ``literals`` are client secrets (e.g. a patient's actual name); they
@@ -148,13 +154,7 @@ class PrivacyRule:
         The global rule id for ``origin="global"``; ``None`` for local rules.
     """
 
-    rule_id: str
-    text: str
-    category: str
-    scope: str = "response"
-    action: str = "redact"
-    entity_types: tuple[str, ...] = ()
-    patterns: tuple[str, ...] = ()
+    rule_id: str = field(kw_only=True)
     literals: tuple[str, ...] = ()
     origin: str = "local"
     global_id: str | None = None

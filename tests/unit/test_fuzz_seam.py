@@ -83,7 +83,7 @@ def _reply_base(query_ids: list[str]) -> dict[str, Any]:
 def _instruction_base() -> dict[str, Any]:
     return RespondInstruction(
         3, (RoutedQuery("gsm8k-1", "What is 3 + 4?", "math", 2, "verify 7", "number"),),
-        (GlobalRule("g1", "Redact emails.", "contact", patterns=(r"\d{3}",)),),
+        (GlobalRule(rule_id="g1", text="Redact emails.", category="contact", patterns=(r"\d{3}",)),),
     ).to_dict()
 
 

@@ -29,7 +29,7 @@ def test_round_trips():
         backend_calls=1, tokens=40, gen_seconds=1.5, extra={"x": 1.0},
     )
     assert ClientReply.from_dict(reply.to_dict()) == reply
-    ins = RespondInstruction(2, (RoutedQuery("q1", "text", "math", 2, "verify 18"),), (GlobalRule("g1", "t", "c"),))
+    ins = RespondInstruction(2, (RoutedQuery("q1", "text", "math", 2, "verify 18"),), (GlobalRule(rule_id="g1", text="t", category="c"),))
     assert RespondInstruction.from_dict(ins.to_dict()) == ins
 
 
@@ -139,3 +139,29 @@ def test_excerpt_is_short_escaped_and_total():
     assert len(excerpt("y" * 10**6)) == 80 and excerpt("y" * 10**6).endswith("...")
     assert excerpt(10**5000) == f"<{(10**5000).bit_length()}-bit integer>"
     assert excerpt(object()) == "<object>"
+
+
+def test_every_rule_form_declares_the_detector_spec_once():
+    # issue 31 item 6: a candidate, a global rule and a local rule share one spec declaration
+    # and one serialization of it
+    from dataclasses import fields
+
+    from pfedma_flwr.protocol.rule_wire import RULE_SPEC_FIELDS, RuleSpec
+    from pfedma_flwr.rules.model import PrivacyRule
+
+    assert RULE_SPEC_FIELDS == ("text", "category", "scope", "action", "entity_types",
+                                "patterns")
+    spec = {"text": "Redact emails.", "category": "contact", "scope": "query",
+            "action": "generalize", "entity_types": ("EMAIL_ADDRESS",), "patterns": ()}
+    forms = (RuleCandidate(**spec), GlobalRule(rule_id="g1", **spec),
+             PrivacyRule(rule_id="r1", **spec))
+    for rule in forms:
+        cls = type(rule)
+        assert isinstance(rule, RuleSpec)
+        assert not set(RULE_SPEC_FIELDS) & set(cls.__annotations__)
+        assert tuple(f.name for f in fields(cls))[:6] == RULE_SPEC_FIELDS
+        wire = rule.to_dict()
+        assert {k: wire[k] for k in RULE_SPEC_FIELDS} == {**spec, "entity_types": ["EMAIL_ADDRESS"],
+                                                          "patterns": []}
+    with pytest.raises(TypeError, match="rule_id"):
+        GlobalRule("g1", "t", "c")  # type: ignore[misc]
