@@ -29,10 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr.experiments.launch import run_config_text, toml_str
+from pfedma_flwr.experiments.launch import run_config_text
 
-# deploy/ is a script folder, not a package: make its sibling importable however we are loaded
+# deploy/ is a script folder, not a package: make its siblings importable however we are loaded
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from component_setup import (  # noqa: E402
+    CONNECTION,
+    cli_config_text,
+    component_env,
+    ensure_credentials,
+    gateway_command,
+    superlink_command,
+    supernode_command,
+    supernode_config,
+)
 from processes import (  # noqa: E402
     Proc,
     serverapp_pids,
@@ -42,8 +52,6 @@ from processes import (  # noqa: E402
 )
 
 APP_DIR = Path(__file__).resolve().parent.parent
-DEPLOY_DIR = APP_DIR / "deploy"
-CONNECTION = "pfedma-local"
 logger = logging.getLogger("pfedma.deploy")
 
 
@@ -98,13 +106,8 @@ class LocalDeployment:
     # ------------------------------------------------------------------ environment
 
     def env(self, flwr_home: Path) -> dict[str, str]:
-        """Environment of every component (no telemetry, no runtime ``uv sync``, offline HF)."""
-        env = os.environ.copy()
-        env.update(FLWR_HOME=str(flwr_home), FLWR_TELEMETRY_ENABLED="0",
-                   FLWR_DISABLE_UPDATE_CHECK="1",
-                   FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", HF_HUB_OFFLINE="1",
-                   TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        return env
+        """Environment of every component (:func:`component_setup.component_env`)."""
+        return component_env(flwr_home)
 
     def flwr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run the ``flwr`` CLI against this deployment's connection."""
@@ -124,26 +127,16 @@ class LocalDeployment:
     # ------------------------------------------------------------------ credentials
 
     def make_credentials(self) -> None:
-        """CA + server certificate and one key pair per SuperNode (kept if already there)."""
-        if self.insecure:
-            return
-        if not (self.certs / "ca.crt").exists():
-            subprocess.run([str(DEPLOY_DIR / "make_certs.sh"), "--out", str(self.certs)],
-                           check=True, capture_output=True)
-        for i in range(self.num_nodes):
-            if not (self.keys / f"node{i}").exists():
-                subprocess.run([str(DEPLOY_DIR / "make_node_key.sh"), str(self.keys / f"node{i}")],
-                               check=True, capture_output=True)
+        """CA + server certificate and one key pair per SuperNode (none when insecure)."""
+        if not self.insecure:
+            ensure_credentials(self.certs, self.keys, self.num_nodes)
 
     def write_cli_config(self) -> Path:
         """``$FLWR_HOME/config.toml`` for the ``flwr`` CLI with the ``pfedma-local`` connection."""
         self.cli_home.mkdir(parents=True, exist_ok=True)
-        tls = "insecure = true" if self.insecure else \
-            f"root-certificates = {toml_str(str(self.certs / 'ca.crt'))}"
         path = self.cli_home / "config.toml"
-        path.write_text(
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "127.0.0.1:{self.port}"\n{tls}\n', encoding="utf-8")
+        path.write_text(cli_config_text(self.port, self.certs, insecure=self.insecure),
+                        encoding="utf-8")
         return path
 
     # ------------------------------------------------------------------ lifecycle
@@ -167,14 +160,7 @@ class LocalDeployment:
 
     def start_superlink(self, ready_timeout: float) -> None:
         """Start the SuperLink and wait for its health endpoint."""
-        cmd = ["flower-superlink", "--host", "127.0.0.1", "--port", str(self.port),
-               "--disable-runtime-dependency-installation"]
-        if self.insecure:
-            cmd.append("--insecure")
-        else:
-            cmd += ["--ssl-ca-certfile", str(self.certs / "ca.crt"),
-                    "--ssl-certfile", str(self.certs / "server.pem"),
-                    "--ssl-keyfile", str(self.certs / "server.key"), "--enable-supernode-auth"]
+        cmd = superlink_command(self.port, self.certs, insecure=self.insecure)
         self.link = self._spawn("superlink", cmd, self.workdir / "superlink")
         wait_ready(self.link, self.healthy, ready_timeout, "SuperLink")
 
@@ -185,14 +171,7 @@ class LocalDeployment:
 
     def start_gateway(self, ready_timeout: float) -> None:
         """Start ``deploy/fleet_gateway.py`` in front of the SuperLink and wait for it."""
-        scheme = "http" if self.insecure else "https"
-        cmd = [sys.executable, str(DEPLOY_DIR / "fleet_gateway.py"), "--listen-host",
-               "127.0.0.1", "--listen-port", str(self.fleet_port),
-               "--upstream", f"{scheme}://127.0.0.1:{self.port}"]
-        cmd += ["--insecure"] if self.insecure else [
-            "--upstream-ca", str(self.certs / "ca.crt"),
-            "--ssl-certfile", str(self.certs / "server.pem"),
-            "--ssl-keyfile", str(self.certs / "server.key")]
+        cmd = gateway_command(self.fleet_port, self.port, self.certs, insecure=self.insecure)
         self.gateway = self._spawn("fleet-gateway", cmd, self.workdir / "gateway")
         wait_ready(self.gateway, lambda: self.healthy(self.fleet_port), ready_timeout,
                    "Fleet gateway")
@@ -217,25 +196,15 @@ class LocalDeployment:
         return 200 <= self.request(self.port if port is None else port, "/health") < 300
 
     def node_config(self, i: int) -> str:
-        """The ``--node-config`` of SuperNode ``i`` (TOML-typed values, explicit policy)."""
-        parts = [f"partition-id={i}", f"num-partitions={self.num_nodes}",
-                 f"state-dir={toml_str(str(self.workdir / f'node{i}' / 'state'))}",
-                 f"data-dir={toml_str(self.data_dir)}", 'min-rule-mode="full"',
-                 "allow-run-endpoint=false", "allow-plugins=false",
-                 f"private-facts={str(self.private_facts).lower()}"]
-        if i < len(self.profiles) and self.profiles[i]:
-            parts.append(f"profile={toml_str(self.profiles[i])}")
-        return " ".join(parts)
+        """The ``--node-config`` of SuperNode ``i`` (:func:`component_setup.supernode_config`)."""
+        return supernode_config(i, self.num_nodes, state_dir=self.workdir / f"node{i}" / "state",
+                                data_dir=self.data_dir, private_facts=self.private_facts,
+                                profile=self.profiles[i] if i < len(self.profiles) else "")
 
     def start_supernode(self, i: int) -> Proc:
         """Start SuperNode ``i`` (also used to restart one)."""
-        cmd = ["flower-supernode", "--superlink", f"127.0.0.1:{self.fleet_port}",
-               "--port", str(self.port + 10 + i), "--node-config", self.node_config(i)]
-        if self.insecure:
-            cmd.append("--insecure")
-        else:
-            cmd += ["--root-certificates", str(self.certs / "ca.crt"),
-                    "--auth-supernode-private-key", str(self.keys / f"node{i}")]
+        cmd = supernode_command(self.fleet_port, self.port + 10 + i, self.node_config(i),
+                                self.certs, self.keys / f"node{i}", insecure=self.insecure)
         return self._spawn(f"supernode{i}", cmd, self.workdir / f"node{i}" / "flwr")
 
     def online_nodes(self) -> list[str]:

@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 # launch.py and report.py keep their compact hand layout: ruff format would take both past
 # the ~400-line module limit (STYLE.md) without making them clearer.
 FORMATTED=(
-  pfedma_flwr/cli.py pfedma_flwr/logs.py pfedma_flwr/server/progress.py
+  pfedma_flwr/cli.py pfedma_flwr/logs.py pfedma_flwr/server/progress.py pfedma_flwr/server/progress_lines.py
   pfedma_flwr/server/provenance.py pfedma_flwr/server/report_plots.py pfedma_flwr/resources.py
   pfedma_flwr/experiments/tracking.py pfedma_flwr/server/report_markdown.py
   pfedma_flwr/experiments/tabulate.py pfedma_flwr/experiments/executor.py

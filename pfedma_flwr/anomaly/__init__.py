@@ -1,6 +1,7 @@
 """Server-side reliability evaluation of uploaded responses (DESIGN §3.7, §3.13)."""
 
-from pfedma_flwr.anomaly.judges import JUDGES, EmbeddingJudge, Judge, LLMJudge, parse_score
+from pfedma_flwr.anomaly.judges import JUDGES, EmbeddingJudge, Judge
+from pfedma_flwr.anomaly.llm_judge import LLMJudge, parse_score
 from pfedma_flwr.anomaly.scores import (
     Ablation,
     AnomalyResult,

@@ -16,26 +16,18 @@ from typing import TYPE_CHECKING, Any
 from pfedma_flwr.agents import options as mc
 from pfedma_flwr.agents.backends import Backend, GenerationResult
 from pfedma_flwr.agents.parsing import parse_structured_response
-from pfedma_flwr.agents.program import (
-    REASONING_METHODS,
-    program_messages,
-)
-from pfedma_flwr.agents.prompting import (
-    build_agent_messages,
-    build_reasoning_messages,
-    reasoning_demo,
-)
+from pfedma_flwr.agents.program import REASONING_METHODS
 from pfedma_flwr.agents.reasoning import derive_response
 from pfedma_flwr.client import followups, memory
 from pfedma_flwr.client.generation import answer_seed, error_code, generate_batch, timing_delta
 from pfedma_flwr.client.memory import FEW_SHOT_SCOPES
-from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, pose, read_reply
+from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, read_reply
+from pfedma_flwr.client.prompts import query_messages
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.config import AgentConfig, RulesConfig
 from pfedma_flwr.data.benchmarks import Task
 from pfedma_flwr.data.privacylens_prompt import case_part
 from pfedma_flwr.data.profiles import AgentProfile
-from pfedma_flwr.data.retrieval import as_case
 from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import (
     DEFAULT_LIMITS,
@@ -46,7 +38,7 @@ from pfedma_flwr.protocol.schema import (
     RoutedQuery,
     RuleCandidate,
 )
-from pfedma_flwr.protocol.wire import PROGRAM_KINDS, ClientDescription
+from pfedma_flwr.protocol.wire import ClientDescription
 from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.client.outgoing import check_outgoing, client_secrets
 from pfedma_flwr.rules.constants import PHI_DEFAULT, SIM_THRESHOLD
@@ -277,30 +269,11 @@ class ClientAgent:
 
     def _prompt(self, q: RoutedQuery, text: str, refinement: str, shots: Sequence[Task],
                 lessons: Sequence[str], state: AgentState) -> tuple[list[Any], bool]:
-        """The messages that pose ``q`` to this agent, and whether they ask for a program."""
-        reasoning = self.response_format == "reasoning"
-        cases = [as_case(t) for t in shots] if self.few_shot_style == "cases" else ()
-        turns = shots if self.few_shot_style == "turns" else []
-        if q.task_format in BENCHMARK_FORMATS:
-            return pose(q, text, state.rules), False
-        if reasoning and self.reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
-            return program_messages(profile_prompt=self.profile.prompt, query_text=text,
-                                    refinement=refinement, lessons=lessons, cases=cases), True
-        if reasoning:
-            return build_reasoning_messages(
-                profile_prompt=self.profile.prompt, query_text=text,
-                refinement=refinement, answer_kind=q.answer_kind,
-                few_shot=[(t.question, reasoning_demo(t.rationale, t.gold, q.answer_kind))
-                          for t in turns if t.rationale],
-                lessons=lessons, cases=cases,
-                instruction=mc.ELIMINATE_INSTRUCTION if q.answer_kind == "option"
-                and self.option_way == "eliminate" else "",
-            ), False
-        return build_agent_messages(
-            profile_prompt=self.profile.prompt, query_text=text,
-            refinement=refinement, answer_kind=q.answer_kind,
-            few_shot=[(t.question, demo_answer(t)) for t in shots], experience=[],
-        ), False
+        """The messages that pose ``q`` to this agent (:func:`~.prompts.query_messages`)."""
+        return query_messages(q, text, refinement, shots, lessons, state.rules,
+                              profile_prompt=self.profile.prompt,
+                              response_format=self.response_format, reasoning=self.reasoning,
+                              few_shot_style=self.few_shot_style, option_way=self.option_way)
 
     def _answer(self, q: RoutedQuery, gen: GenerationResult, text: str,
                 view: tuple[str, str, dict[str, str]], seen: str, state: AgentState,
@@ -395,8 +368,3 @@ class ClientAgent:
         """Few-shot examples from this client's ``D_i`` per query (memory.demonstrations)."""
         return memory.demonstrations(queries, self.private_data, self.embedder, k=self.few_shot,
                                      scope=self.few_shot_scope)
-
-
-def demo_answer(task: Task) -> str:
-    """A few-shot demonstration's answer: worked steps then ``#### gold`` where available."""
-    return f"{task.rationale}\n#### {task.gold}" if task.rationale else task.gold

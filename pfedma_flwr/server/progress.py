@@ -5,8 +5,9 @@ launcher shows its own progress (:class:`LiveProgress`): it tails the run's ``qu
 ``rounds.jsonl`` and ``progress.jsonl`` (each node's reply inside a round, and a heartbeat
 every 15 s while none arrives) and prints one line per finished query, Flower round and reply,
 with the running accuracy; on a terminal a ``rich`` bar (:class:`TerminalBar`) takes the
-replies instead of a line each.
-Log levels and plain log lines are :mod:`pfedma_flwr.logs`.
+replies instead of a line each. The lines themselves are
+:mod:`~pfedma_flwr.server.progress_lines`; log levels and plain log lines are
+:mod:`pfedma_flwr.logs`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from pfedma_flwr.server.progress_lines import (
+    RunningAccuracy,
+    accuracy_text,
+    as_int,
+    delivery_line,
+    duration_text,
+    query_line,
+    round_line,
+)
 
 
 class RoundProgress:
@@ -108,119 +118,6 @@ class JsonlTail:
         return out
 
 
-def _n(v: Any) -> int:
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0
-
-
-def _short(v: Any, limit: int = 40) -> str:
-    s = " ".join(str(v).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _acc(correct: int, done: int) -> str:
-    return f"acc {correct}/{done} ({100 * correct / done:.1f} %)" if done else "acc -"
-
-
-@dataclass
-class RunningAccuracy:
-    """Queries finished and answered correctly so far, overall and per benchmark."""
-
-    total: int | None = None
-    done: int = 0
-    correct: int = 0
-    by_benchmark: dict[str, list[int]] = field(default_factory=dict)
-
-    def add(self, rec: Mapping[str, Any]) -> None:
-        ok = rec.get("correct") is True
-        self.done += 1
-        self.correct += ok
-        b = self.by_benchmark.setdefault(str(rec.get("benchmark", "?")), [0, 0])
-        b[0] += ok
-        b[1] += 1
-
-
-def query_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
-    """One finished query (after ``acc.add(rec)``), e.g.
-
-    ``[pfedma] query 3/6 gsm8k/q2: correct, answer '42' (gold '42'), 2 rounds, t_max | acc 2/3
-    (66.7 %)``.
-    """
-    of = f"/{acc.total}" if acc.total else ""
-    verdict = "correct" if rec.get("correct") is True else "wrong"
-    return (
-        f"[pfedma] query {acc.done}{of} {_short(rec.get('benchmark', '?'), 20)}/"
-        f"{_short(rec.get('query_id', '?'), 30)}: {verdict}, answer "
-        f"{_short(rec.get('answer', ''))!r} (gold {_short(rec.get('gold', ''))!r}), "
-        f"{_n(rec.get('rounds'))} rounds, {_short(rec.get('stop_reason', '?'), 30)} | "
-        f"{_acc(acc.correct, acc.done)}"
-    )
-
-
-def round_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
-    """One finished Flower round, e.g.
-
-    ``[pfedma] round 2: 4 queries, 6 retained / 2 filtered, 1 unusable, 1 node failed, 900
-    tokens, 6 backend calls, 3 global rules | 2/6 queries done, acc 2/2 (100.0 %)``.
-
-    *unusable*: answers a node sent without a response (its own error code, e.g. a reply cut
-    off by ``max_tokens``); *node failed*: nodes whose whole reply was lost or rejected.
-    """
-    m = rec.get("metrics")
-    m = m if isinstance(m, Mapping) else {}
-    failures = rec.get("failures")
-    failed = len(failures) if isinstance(failures, Mapping) else 0
-    queries = rec.get("queries")
-    unusable = sum(
-        len(q["client_errors"])
-        for q in (queries if isinstance(queries, list) else [])
-        if isinstance(q, Mapping) and isinstance(q.get("client_errors"), Mapping)
-    )
-    of = f"/{acc.total}" if acc.total else ""
-    per_bench = ", ".join(f"{b} {c}/{d}" for b, (c, d) in sorted(acc.by_benchmark.items()))
-    return (
-        f"[pfedma] round {_n(rec.get('round'))}: {_n(m.get('select/num_queries'))} queries, "
-        f"{_n(m.get('anomaly/num_retained'))} retained / "
-        f"{_n(m.get('anomaly/num_filtered'))} filtered, {unusable} unusable, "
-        f"{failed} node{'' if failed == 1 else 's'} failed, "
-        f"{_n(m.get('cost/tokens'))} tokens, {_n(m.get('cost/backend_calls'))} backend calls, "
-        f"{_n(m.get('rules/num_global'))} global rules | {acc.done}{of} queries done, "
-        f"{_acc(acc.correct, acc.done)}" + (f" ({per_bench})" if per_bench else "")
-    )
-
-
-def _duration(seconds: Any) -> str:
-    s = _n(seconds)
-    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
-
-
-def delivery_line(event: Mapping[str, Any], acc: RunningAccuracy) -> str:
-    """A node's reply inside a round, or a heartbeat while replies are outstanding, e.g.
-
-    ``[pfedma] round 1: partition-3 replied (5 answers) | 15/40 answers from 3/8 clients after
-    1 min 25 s | 0/20 queries done, acc -``. Round 0 is the handshake (clients starting).
-    """
-    r = _n(event.get("round"))
-    where = "handshake" if r == 0 else f"round {r}"
-    if event.get("event") == "reply":
-        n = _n(event.get("answers_of")) if "answers_of" in event else None
-        who = event.get("client") or f"node {_n(event.get('node'))}"
-        what = f"{_short(who, 40)} replied" + (f" ({n} answer{'' if n == 1 else 's'})" if n else "")
-    else:
-        waiting = _n(event.get("nodes")) - _n(event.get("replied"))
-        what = f"waiting for {waiting} client{'' if waiting == 1 else 's'}"
-    counts = (
-        f"{_n(event.get('replied'))}/{_n(event.get('nodes'))} clients"
-        if r == 0
-        else f"{_n(event.get('answers'))}/{_n(event.get('answers_total'))} answers from "
-        f"{_n(event.get('replied'))}/{_n(event.get('nodes'))} clients"
-    )
-    of = f"/{acc.total}" if acc.total else ""
-    return (
-        f"[pfedma] {where}: {what} | {counts} after {_duration(event.get('elapsed'))} | "
-        f"{acc.done}{of} queries done, {_acc(acc.correct, acc.done)}"
-    )
-
-
 #: the ServerApp's record of replies inside a round (:func:`delivery_line`), one JSON a line
 PROGRESS_FILE = "progress.jsonl"
 
@@ -253,14 +150,16 @@ class TerminalBar:
 
     def update(self, acc: RunningAccuracy, event: Mapping[str, Any] | None = None) -> None:
         self.progress.update(
-            self.queries, completed=acc.done, description=f"queries, {_acc(acc.correct, acc.done)}"
+            self.queries,
+            completed=acc.done,
+            description=f"queries, {accuracy_text(acc.correct, acc.done)}",
         )
         if event is not None:
-            r = _n(event.get("round"))
+            r = as_int(event.get("round"))
             self.progress.update(
                 self.round,
-                completed=_n(event.get("answers" if r else "replied")),
-                total=_n(event.get("answers_total" if r else "nodes")) or None,
+                completed=as_int(event.get("answers" if r else "replied")),
+                total=as_int(event.get("answers_total" if r else "nodes")) or None,
                 description=f"round {r} answers" if r else "handshake, clients",
             )
 
@@ -373,7 +272,7 @@ class LiveProgress:
             if self._replies
             else "starting Ray, the ServerApp and the agents"
         )
-        self._out(f"[pfedma] still running after {_duration(now - self._started)}: {phase}")
+        self._out(f"[pfedma] still running after {duration_text(now - self._started)}: {phase}")
         self._last = now
 
     def _loop(self) -> None:

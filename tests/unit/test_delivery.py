@@ -18,6 +18,7 @@ from pfedma_flwr.protocol.startup import (
     startup_message,
 )
 from pfedma_flwr.server import progress as pg
+from pfedma_flwr.server import progress_lines as pl
 from strategies.delivery import send_and_track
 
 
@@ -117,7 +118,7 @@ def test_a_grid_without_push_and_pull_falls_back_to_send_and_receive():
 
 
 def test_delivery_lines_say_who_replied_and_how_far_the_round_is():
-    acc = pg.RunningAccuracy(total=20)
+    acc = pl.RunningAccuracy(total=20)
     reply = {
         "event": "reply",
         "round": 1,
@@ -129,12 +130,12 @@ def test_delivery_lines_say_who_replied_and_how_far_the_round_is():
         "client": "partition-3",
         "answers_of": 5,
     }
-    assert pg.delivery_line(reply, acc) == (
+    assert pl.delivery_line(reply, acc) == (
         "[pfedma] round 1: partition-3 replied (5 answers) | 15/40 answers from 3/8 clients "
         "after 1 min 25 s | 0/20 queries done, acc -"
     )
     wait = {"event": "wait", "round": 0, "replied": 1, "nodes": 8, "elapsed": 30}
-    assert pg.delivery_line(wait, acc).startswith(
+    assert pl.delivery_line(wait, acc).startswith(
         "[pfedma] handshake: waiting for 7 clients | 1/8 clients after 30 s"
     )
 

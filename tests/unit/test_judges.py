@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.anomaly.intent_categories import DEFAULT_INTENT_CATEGORIES, split_sentences
-from pfedma_flwr.anomaly.judges import JUDGES, EmbeddingJudge, Judge, LLMJudge, parse_score
+from pfedma_flwr.anomaly.judges import JUDGES, EmbeddingJudge, Judge
+from pfedma_flwr.anomaly.llm_judge import LLMJudge, parse_score
 
 
 class MatrixEmbedder:

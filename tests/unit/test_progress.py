@@ -10,6 +10,7 @@ import pytest
 
 from pfedma_flwr import logs
 from pfedma_flwr.server import progress as pg
+from pfedma_flwr.server import progress_lines as pl
 
 ROUND_1 = {
     "round": 1,
@@ -53,17 +54,17 @@ def _append(path: Path, *recs: dict, tail: str = "") -> None:
 
 
 def test_query_and_round_lines_carry_the_running_accuracy():
-    acc = pg.RunningAccuracy(total=6)
+    acc = pl.RunningAccuracy(total=6)
     acc.add(Q[0])
-    assert pg.query_line(Q[0], acc) == (
+    assert pl.query_line(Q[0], acc) == (
         "[pfedma] query 1/6 gsm8k/q0: correct, answer '42' (gold '42'), 2 rounds, t_max | "
         "acc 1/1 (100.0 %)"
     )
     acc.add(Q[1])
-    assert pg.query_line(Q[1], acc).endswith(
+    assert pl.query_line(Q[1], acc).endswith(
         "wrong, answer 'B' (gold 'C'), 1 rounds, orchestrator_stop | acc 1/2 (50.0 %)"
     )
-    assert pg.round_line(ROUND_1, acc) == (
+    assert pl.round_line(ROUND_1, acc) == (
         "[pfedma] round 1: 4 queries, 6 retained / 2 filtered, 1 unusable, 1 node failed, 900 tokens, "
         "6 backend calls, 3 global rules | 2/6 queries done, acc 1/2 (50.0 %) "
         "(gsm8k 1/1, medqa 0/1)"
@@ -71,14 +72,14 @@ def test_query_and_round_lines_carry_the_running_accuracy():
 
 
 def test_lines_survive_hostile_records():
-    acc = pg.RunningAccuracy()
+    acc = pl.RunningAccuracy()
     rec = {"query_id": "x" * 500, "answer": "a\nb" * 100, "correct": "yes", "rounds": "2"}
     acc.add(rec)
-    line = pg.query_line(rec, acc)
+    line = pl.query_line(rec, acc)
     assert "\n" not in line and len(line) < 250
     assert "wrong" in line and "acc 0/1 (0.0 %)" in line  # only a real True counts as correct
     bad = {"metrics": "nope", "failures": [1], "queries": {"client_errors": 3}}
-    assert pg.round_line(bad, pg.RunningAccuracy()) == (
+    assert pl.round_line(bad, pl.RunningAccuracy()) == (
         "[pfedma] round 0: 0 queries, 0 retained / 0 filtered, 0 unusable, 0 nodes failed, 0 tokens, "
         "0 backend calls, 0 global rules | 0 queries done, acc -"
     )
@@ -137,7 +138,7 @@ def test_resumed_run_counts_what_is_on_disk_without_printing_it(tmp_path):
     live.skip_existing()
     _append(tmp_path / "queries.jsonl", Q[1])
     live.poll()
-    assert lines == [pg.query_line(Q[1], live.acc)] and "query 2/2" in lines[0]
+    assert lines == [pl.query_line(Q[1], live.acc)] and "query 2/2" in lines[0]
 
 
 def test_interval_must_be_positive(tmp_path):
