@@ -52,6 +52,15 @@ def run_parser() -> argparse.ArgumentParser:
     r = _Parser(
         prog="pfedma run", description=RUN_DOC, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    # --help lists the options in the order they are added
+    _add_run_target_args(r)
+    _add_run_resource_args(r)
+    _add_run_output_args(r)
+    return r
+
+
+def _add_run_target_args(r: argparse.ArgumentParser) -> None:
+    """What a run runs: preset, clients, output dir (and its earlier run), data, overrides."""
     r.add_argument("--config", default="pfedma", help="preset name in conf/ (default: pfedma)")
     r.add_argument("--num-clients", type=int, default=8, help="simulated SuperNodes (default 8)")
     r.add_argument("--output-dir", default="outputs/latest", help="results directory")
@@ -79,6 +88,10 @@ def run_parser() -> argparse.ArgumentParser:
         default=[],
         help="dotted config override, e.g. --set strategy.t_max=3 (repeatable)",
     )
+
+
+def _add_run_resource_args(r: argparse.ArgumentParser) -> None:
+    """The SuperLink's port, the Ray resources of each ClientApp, the time limit."""
     r.add_argument(
         "--port",
         type=int,
@@ -103,6 +116,10 @@ def run_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds before the run is stopped"
     )
+
+
+def _add_run_output_args(r: argparse.ArgumentParser) -> None:
+    """What a run prints and logs, its backend check and its experiment tracker."""
     r.add_argument(
         "--log-level",
         type=str.upper,
@@ -143,7 +160,6 @@ def run_parser() -> argparse.ArgumentParser:
         default="",
         help="tracker output (default <output-dir>/tracking; mlflow: a tracking URI or dir)",
     )
-    return r
 
 
 def _run(args: list[str]) -> int:

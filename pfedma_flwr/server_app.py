@@ -6,6 +6,7 @@ import os
 import time
 from logging import INFO, WARNING
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context
 from flwr.common import log
@@ -19,6 +20,9 @@ from pfedma_flwr.server import report
 from pfedma_flwr.server.progress import RoundProgress
 from pfedma_flwr.server.results import ResultsWriter
 from strategies.registry import build_strategy
+
+if TYPE_CHECKING:
+    from pfedma_flwr.data.benchmarks import Task
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -41,12 +45,7 @@ def output_dir(cfg: PFedMAConfig) -> Path:
 def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     """Everything ``main`` does, callable from tests with any grid."""
     out = output_dir(cfg)
-    d = cfg.data
-    tasks = sample_eval_tasks(
-        d.benchmarks, d.queries_per_benchmark, d.seed_for_split(cfg.seed), d.data_dir or None,
-        dev_pool_per_benchmark=d.dev_pool_per_benchmark, offset=d.eval_offset,
-        question_set=d.question_set,
-    )
+    tasks = _eval_tasks(cfg)
     progress = RoundProgress(total=len(tasks), enabled=cfg.output.progress)
     finished_lines: list[dict[str, object]] = []
 
@@ -63,17 +62,7 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
     if hasattr(strategy, "on_progress"):  # a plug-in strategy may not report progress
         strategy.on_progress = on_progress
     engine = strategy.engine
-    ckpt = ResultsWriter.load_checkpoint(out) if cfg.output.resume else None
-    start_round = 0
-    if ckpt is not None:
-        start_round = engine.load_state_dict(ckpt)
-        writer = ResultsWriter.resume(out, start_round, engine.finished)
-        log(INFO, "Resuming from %s after round %d (%d queries already finished)",
-            writer.checkpoint_path, start_round, len(engine.finished))
-    else:
-        if cfg.output.resume:
-            log(WARNING, "resume requested but %s has no checkpoint: starting over", out)
-        writer = ResultsWriter(out)
+    writer, start_round = _open_results(cfg, out, engine)
     writer.text("config.yaml", to_yaml(cfg))
 
     def on_round_end(server_round: int, record: dict[str, object]) -> None:
@@ -106,6 +95,34 @@ def run_server(grid: Grid, cfg: PFedMAConfig) -> dict[str, object]:
                "global_rules": [r.to_dict() for r in engine.rules.rules()]}
     writer.summary(summary)
     return summary
+
+
+def _eval_tasks(cfg: PFedMAConfig) -> list[Task]:
+    """The evaluation queries of the run (``data`` section, the split seed of ``cfg.seed``)."""
+    d = cfg.data
+    return sample_eval_tasks(
+        d.benchmarks, d.queries_per_benchmark, d.seed_for_split(cfg.seed), d.data_dir or None,
+        dev_pool_per_benchmark=d.dev_pool_per_benchmark, offset=d.eval_offset,
+        question_set=d.question_set,
+    )
+
+
+def _open_results(cfg: PFedMAConfig, out: Path, engine: Any) -> tuple[ResultsWriter, int]:
+    """The run's results writer and the round it starts after (0 unless resumed).
+
+    On ``output.resume`` with a checkpoint in ``out``, ``engine`` takes the checkpoint's state
+    and the results files are trimmed to it; without one the run starts over (a warning).
+    """
+    ckpt = ResultsWriter.load_checkpoint(out) if cfg.output.resume else None
+    if ckpt is None:
+        if cfg.output.resume:
+            log(WARNING, "resume requested but %s has no checkpoint: starting over", out)
+        return ResultsWriter(out), 0
+    start_round = engine.load_state_dict(ckpt)
+    writer = ResultsWriter.resume(out, start_round, engine.finished)
+    log(INFO, "Resuming from %s after round %d (%d queries already finished)",
+        writer.checkpoint_path, start_round, len(engine.finished))
+    return writer, start_round
 
 
 @app.main()

@@ -216,18 +216,44 @@ def run(
         _say(f"[pfedma] {plan.port_note}")
     if not output_dir.is_dir():  # results are private (answers, claims); an existing dir is kept
         private_dir(output_dir)
+    cmd = command or ["pfedma", "run"]
+
+    def submit(env: dict[str, str], accepted: Callable[[], None]) -> tuple[int, str, str]:
+        return _submit(plan, env, output_dir, num_clients=num_clients, config=config,
+                       resume=resume, progress=progress and not quiet, quiet=quiet,
+                       gpus_per_client=gpus_per_client, timeout=timeout, accepted=accepted)
+
+    rc, status, verdict, started = _supervise(plan, output_dir, log_level, cmd, submit,
+                                              set_aside=overwrite and not resume)
+    if started:
+        finish(output_dir, cmd, rc, status, verdict)
+    elif verdict:
+        sys.stderr.write(f"{verdict}; the run already in {output_dir} is kept\n")
+    elif status == "interrupted":
+        sys.stderr.write(f"[pfedma] interrupted before the run started (exit {rc}); nothing in "
+                         f"{output_dir} was changed\n")
+    return rc
+
+
+def _supervise(plan: Plan, output_dir: Path, log_level: str | None, cmd: list[str],
+               submit: Callable[[dict[str, str], Callable[[], None]], tuple[int, str, str]], *,
+               set_aside: bool) -> tuple[int, str, str, bool]:
+    """Start the SuperLink, record the run, ``submit`` it; stop all it started, even on a signal.
+
+    Returns ``(exit code, status, verdict line, started)``; ``started``: ``run_info.json`` records
+    this run and ``output_dir`` is its own (an earlier run set aside was not put back).
+    """
     tag = uuid.uuid4().hex
     flwr_home = output_dir / ".flwr"
     bin_dir = processes.flower_bin(flwr_home / "bin")
     env = _env(flwr_home, plan.port, log_level, bin_dir=bin_dir, tag=tag)
-    cmd = command or ["pfedma", "run"]
     rc, status, verdict, started = EXIT_FAILED, "failed", "", False
     link = aside = None
     with processes.stop_on_signals():
         try:
             link = start_superlink(flwr_home, plan.port, output_dir / "superlink", env)
             # the earlier run is set aside now and removed once Flower accepted this one
-            aside = _set_aside(output_dir) if overwrite and not resume else None
+            aside = _set_aside(output_dir) if set_aside else None
             rep.update_run_info(output_dir, {
                 **rep.base_run_info(plan.cfg), "command": cmd, "cwd": str(Path.cwd()),
                 "launcher_python": sys.executable, "started_at": rep.now(), "finished_at": "",
@@ -237,10 +263,7 @@ def run(
                 from pfedma_flwr.config import to_yaml
 
                 plan.tracker.config(to_yaml(plan.cfg))
-            rc, status, verdict = _submit(
-                plan, env, output_dir, num_clients=num_clients, config=config, resume=resume,
-                progress=progress and not quiet, quiet=quiet, gpus_per_client=gpus_per_client,
-                timeout=timeout, accepted=lambda: _drop(aside))
+            rc, status, verdict = submit(env, lambda: _drop(aside))
         except processes.Interrupted as e:
             rc, status = 128 + e.signum, "interrupted"
         except RuntimeError as e:  # the SuperLink did not start: nothing was removed
@@ -252,14 +275,7 @@ def run(
             if aside is not None and aside.exists():  # Flower never took the run: put it back
                 _restore(aside, output_dir)
                 started = False
-    if started:
-        finish(output_dir, cmd, rc, status, verdict)
-    elif verdict:
-        sys.stderr.write(f"{verdict}; the run already in {output_dir} is kept\n")
-    elif status == "interrupted":
-        sys.stderr.write(f"[pfedma] interrupted before the run started (exit {rc}); nothing in "
-                         f"{output_dir} was changed\n")
-    return rc
+    return rc, status, verdict, started
 
 
 def _set_aside(out: Path) -> Path:
