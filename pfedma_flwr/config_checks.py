@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pfedma_flwr.agents.guard import GUARD_DECISIONS
 from pfedma_flwr.agents.options import OPTION_WAYS
 from pfedma_flwr.aggregation.refinement import REFINE_STYLES
 from pfedma_flwr.data.split import QUESTION_SETS
@@ -162,6 +163,8 @@ def _source_checks(cfg: PFedMAConfig) -> list[tuple[bool, str]]:
         (a.option_reasoning in ("profile", *OPTION_WAYS),
          f"agent.option_reasoning must be profile|{'|'.join(OPTION_WAYS)}, got "
          f"{a.option_reasoning!r}"),
+        (a.guard_decision in GUARD_DECISIONS,
+         f"agent.guard_decision must be one of {GUARD_DECISIONS}, got {a.guard_decision!r}"),
         (d.split_seed >= -1, f"data.split_seed must be >= 0 (or -1: the run's), got "
                              f"{d.split_seed}"),
         (d.eval_offset >= 0, f"data.eval_offset must be >= 0, got {d.eval_offset}"),

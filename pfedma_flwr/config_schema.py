@@ -243,6 +243,10 @@ class AgentConfig:
     # each agent shows the options in its own seeded order and maps its letter back, so agents of
     # one model do not share a position bias
     permute_options: bool = False
+    # Mind2Web-SC guard: check (GuardAgent's split: the model names the rule that covers the
+    # task, the client checks the user information against it; a rule it does not hold allows)
+    # | model (the model's own ACTION DENIED / GRANTED line; the 1.5B denies nearly every action)
+    guard_decision: str = "check"
     # token budget of a whole answer (a tool action of PrivacyLens, an AlpacaEval response):
     # a message holding such queries generates with max(backend.max_tokens, this)
     open_max_tokens: int = 512

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pfedma_flwr.agents import options as mc
 from pfedma_flwr.agents.backends import Backend, GenerationResult
+from pfedma_flwr.agents.guard import GUARD_DECISIONS
 from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import REASONING_METHODS
 from pfedma_flwr.agents.reasoning import derive_response
@@ -118,6 +119,8 @@ class ClientAgent:
         profile's own.
     permute_options : bool
         Show the options in this agent's own seeded order; its letter is mapped back.
+    guard_decision : {"check", "model"}
+        How a Mind2Web-SC guard decision is made (:mod:`pfedma_flwr.agents.guard`).
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class ClientAgent:
         few_shot_style: str = _AGENT.few_shot_style,
         option_reasoning: str | None = _profile_or(_AGENT.option_reasoning),
         permute_options: bool = _AGENT.permute_options,
+        guard_decision: str = _AGENT.guard_decision,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
@@ -161,6 +165,10 @@ class ClientAgent:
             raise ValueError(f"few_shot_scope must be one of {FEW_SHOT_SCOPES}, "
                              f"got {few_shot_scope!r}")
         self.few_shot_scope = few_shot_scope
+        if guard_decision not in GUARD_DECISIONS:
+            raise ValueError(f"guard_decision must be one of {GUARD_DECISIONS}, "
+                             f"got {guard_decision!r}")
+        self.guard_decision = guard_decision
         self.profile, self.backend, self.embedder = profile, backend, embedder
         self.private_data = list(private_data)
         self.recognizer = recognizer
@@ -289,7 +297,8 @@ class ClientAgent:
                                      error=error_code("backend", gen.code or gen.error),
                                      tokens=tokens, cached_tokens=cached, round=q.round)
         if q.task_format in BENCHMARK_FORMATS:
-            raw, why = read_reply(q, seen, text, state.rules)
+            raw, why = read_reply(q, seen, text, state.rules,
+                                  guard_decision=self.guard_decision)
         elif reasoning and not followups.is_json(text):
             der = derive_response(text, question=view[0], answer_kind=q.answer_kind,
                                   domain_fit=self._domain_fit(q))

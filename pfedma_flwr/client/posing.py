@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pfedma_flwr.agents.guard import guard_messages, guard_response, parse_guard_reply
+from pfedma_flwr.agents.guard import (
+    check_guard_reply,
+    guard_messages,
+    guard_response,
+    parse_guard_reply,
+)
 from pfedma_flwr.agents.prompting import user_prompt
 from pfedma_flwr.agents.tool_plan import (
     offered_tools,
@@ -69,11 +74,20 @@ def pose(q: RoutedQuery, text: str, repo: LocalRuleRepository) -> list[dict[str,
     raise ValueError(f"task_format {q.task_format!r} is not posed here ({BENCHMARK_FORMATS})")
 
 
-def read_reply(q: RoutedQuery, text: str, reply: str,
-               repo: LocalRuleRepository) -> tuple[StructuredResponse | None, str]:
-    """``(response, error)`` of a benchmark-format reply; a guard decision counts on its rules."""
+def read_reply(q: RoutedQuery, text: str, reply: str, repo: LocalRuleRepository, *,
+               guard_decision: str = "check") -> tuple[StructuredResponse | None, str]:
+    """``(response, error)`` of a benchmark-format reply; a guard decision counts on its rules.
+
+    ``guard_decision``: ``check`` runs GuardAgent's check of the rule the reply names against
+    the held rules and the user information, ``model`` reads the reply's decision line
+    (:mod:`pfedma_flwr.agents.guard`).
+    """
     if q.task_format == "guard":
-        decision = parse_guard_reply(reply)
+        if guard_decision == "check":
+            held = held_safety_rules(repo.active_rules("guard"))
+            decision = check_guard_reply(reply, text, held)
+        else:
+            decision = parse_guard_reply(reply)
         repo.note_guard_decision([safety_rule(r).violation for r in decision.rule_ids],
                                  decided=decision.decided)
         return guard_response(decision, text), ""

@@ -25,6 +25,7 @@ actions are ours; they spell out the data's categories ("look up" flights, "find
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: Scope of a safety rule (``protocol.rule_wire.RULE_SCOPES``).
@@ -67,7 +68,7 @@ class SafetyRule:
         value = str(self.value).lower() if isinstance(self.value, bool) else str(self.value)
         return f"{self.field} {self.op} {value}"
 
-    def met_by(self, user: dict[str, object]) -> bool:
+    def met_by(self, user: Mapping[str, object]) -> bool:
         """Whether ``user`` meets the requirement (GuardAgent's ``CheckRule``)."""
         have = user.get(self.field)
         if self.op == "==":
