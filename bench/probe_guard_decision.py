@@ -81,17 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--ask", choices=("model", "check"), default="model",
-                    help="the answer asked: rule and decision (model) or the rule only (check)")
-    ap.add_argument("--out", default="",
-                    help="default bench/results/guard_decision[_check].md")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "guard_decision.md"))
     args = ap.parse_args(argv)
 
     from pfedma_flwr.agents.backends.llama_cpp_backend import LlamaCppBackend
 
     rows = _rows(args.n, args.seed)
-    prompts = [guard_messages(mind2web_sc_question(r), SAFETY_RULES, decision=args.ask)
-               for _, r in rows]
+    prompts = [guard_messages(mind2web_sc_question(r), SAFETY_RULES) for _, r in rows]
     backend = LlamaCppBackend(model="qwen2.5-coder-1.5b", n_threads=args.threads, max_batch=8)
     t0 = time.perf_counter()
     gens = backend.generate(prompts, max_tokens=48, temperature=0.0)
@@ -116,13 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     n = len(rows)
     head = [
         "# The embedded guard on Mind2Web-SC rows no preset evaluates (issue 28)", "",
-        "```bash", f"python3 bench/probe_guard_decision.py --n {n} --threads {args.threads} "
-        f"--ask {args.ask}",
+        "```bash", f"python3 bench/probe_guard_decision.py --n {n} --threads {args.threads}",
         "```", "",
         f"{time.strftime('%Y-%m-%d')}, Qwen2.5-Coder-1.5B (llama.cpp, greedy), all six rules "
-        f"held, the project's guard prompt asking for "
-        f"{'the rule and the decision' if args.ask == 'model' else 'the rule only'}; "
-        f"{n} rows ({n_deny} deny, {n - n_deny} allow), "
+        f"held, the project's guard prompt; {n} rows ({n_deny} deny, {n - n_deny} allow), "
         f"{seconds:.0f} s.", "",
         f"- decision line of the reply (`model`): **{ok['model']}/{n}** right",
         f"- GuardAgent's execution step on the named rule (`check`): **{ok['check']}/{n}** right",
@@ -130,9 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "| row | gold | task | RULE named | model | check |", "|---|---|---|---|---|---|",
     ]
     text = "\n".join(head + lines) + "\n"
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / (
-        "guard_decision.md" if args.ask == "model" else "guard_decision_check.md")
-    out.write_text(text, encoding="utf-8")
+    Path(args.out).write_text(text, encoding="utf-8")
     print(text)
     return 0
 

@@ -95,19 +95,6 @@ def test_a_guard_without_rules_is_told_so_and_r1_brings_guardagents_hint(web):
         guard_messages("  ", [])
 
 
-def test_the_check_asks_for_the_covering_rule_only(web):
-    held = [safety_rule("R5"), safety_rule("R3")]
-    full = guard_messages(web[2].question, held)[1]["content"]
-    rule = guard_messages(web[2].question, held, decision="check")[1]["content"]
-    # the same rules and task block; only the requested answer differs
-    assert rule.split(web[2].question.strip())[0] == full.split(web[2].question.strip())[0]
-    assert "ACTION DENIED" in full and "ACTION DENIED" not in rule
-    assert rule.endswith("RULE: <the rule id, or NONE if the Task is about none of the rules' "
-                         "Actions>")
-    with pytest.raises(ValueError, match="decision"):
-        guard_messages(web[2].question, held, decision="vote")
-
-
 R3_TEXT = "User without a driver's license cannot buy or rent a car"
 
 
