@@ -24,7 +24,6 @@ import gzip
 import json
 import os
 import random
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,12 +32,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pfedma_flwr.agents.guard import guard_messages, parse_guard_reply  # noqa: E402
+from pfedma_flwr.agents.guard import (  # noqa: E402
+    check_guard_reply,
+    covering_rules,
+    guard_messages,
+    parse_guard_reply,
+)
 from pfedma_flwr.data.bench_agentic import mind2web_sc_question  # noqa: E402
 from pfedma_flwr.data.split import sample_eval_tasks  # noqa: E402
-from pfedma_flwr.rules.guard_catalogue import SAFETY_RULES, safety_rule  # noqa: E402
-
-_RULE = re.compile(r"^\W*rule\W*(r[1-6]|none)\b", re.I | re.M)
+from pfedma_flwr.rules.guard_catalogue import SAFETY_RULES, rule_of_text  # noqa: E402
 
 
 def _evaluated() -> set[int]:
@@ -69,13 +71,6 @@ def _rows(n: int, seed: int) -> list[tuple[int, dict]]:
     return [(i, data[i]) for i in sorted(pick)]
 
 
-def _gold_rule(row: dict) -> str:
-    for r in SAFETY_RULES:
-        if r.violation.casefold().rstrip(".") in row["violation"].casefold():
-            return r.rule_id
-    return ""
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=40)
@@ -87,20 +82,23 @@ def main(argv: list[str] | None = None) -> int:
     from pfedma_flwr.agents.backends.llama_cpp_backend import LlamaCppBackend
 
     rows = _rows(args.n, args.seed)
-    prompts = [guard_messages(mind2web_sc_question(r), SAFETY_RULES) for _, r in rows]
+    blocks = [mind2web_sc_question(r) for _, r in rows]
+    prompts = [guard_messages(b, SAFETY_RULES) for b in blocks]
     backend = LlamaCppBackend(model="qwen2.5-coder-1.5b", n_threads=args.threads, max_batch=8)
     t0 = time.perf_counter()
     gens = backend.generate(prompts, max_tokens=48, temperature=0.0)
     seconds = time.perf_counter() - t0
     lines, ok = [], {"model": 0, "check": 0, "named right": 0}
     n_deny = 0
-    for (i, row), g in zip(rows, gens, strict=True):
+    for (i, row), block, g in zip(rows, blocks, gens, strict=True):
         gold = row["label"] == 1
-        m = _RULE.search(g.text)
-        named = m.group(1).upper() if m else "?"
+        # what a client does with the reply (agents/guard.py), not a copy of it
+        ids = covering_rules(g.text)
+        named = "?" if ids is None else " ".join(ids) or "NONE"
         model = parse_guard_reply(g.text).denied
-        check = named.startswith("R") and not safety_rule(named).met_by(row["user_info"])
-        want = _gold_rule(row) if gold else ""
+        check = check_guard_reply(g.text, block, SAFETY_RULES).denied
+        rule = rule_of_text(row["violation"]) if gold else None
+        want = rule.rule_id if rule is not None else ""
         ok["model"] += model == gold
         ok["check"] += check == gold
         if gold:
