@@ -136,17 +136,35 @@ def asb_task_success(run: RunData) -> dict[str, float]:
     return {"TS": sum(ok) / len(ok)}
 
 
-def asb_robustness(run: RunData) -> dict[str, float]:
-    """ASR, ASR_client, RR, RR_all of an injection run on ASB tasks (empty otherwise)."""
+def _asb_attacks(run: RunData) -> tuple[list[dict[str, Any]], dict[str, AsbAttack]]:
+    """The run's ASB queries and the attack each faced (none unless an injection run)."""
     a = run.cfg.adversary
     recs = [r for r in run.queries if r["benchmark"] == "asb"]
     if a.ratio == 0.0 or a.kind != "injection" or not recs:
-        return {}
+        return [], {}
     tasks = _tasks(run, "asb")
-    attacks = {str(r["query_id"]): attack_of(run, str(r["query_id"]),
-                                             tasks.get(str(r["query_id"]))) for r in recs}
-    out = {"ASR": asr([atk.asb_attack_succeeded(str(r.get("answer", "")),
-                                                attacks[str(r["query_id"])]) for r in recs])}
+    return recs, {str(r["query_id"]): attack_of(run, str(r["query_id"]),
+                                                tasks.get(str(r["query_id"]))) for r in recs}
+
+
+def _succeeded(recs: list[dict[str, Any]], attacks: Mapping[str, AsbAttack]) -> dict[str, bool]:
+    return {str(r["query_id"]): atk.asb_attack_succeeded(str(r.get("answer", "")),
+                                                         attacks[str(r["query_id"])])
+            for r in recs}
+
+
+def asb_attack_outcomes(run: RunData) -> dict[str, bool]:
+    """Query id → whether ``z``'s final call list calls the attacker tool (ASR's terms)."""
+    return _succeeded(*_asb_attacks(run))
+
+
+def asb_robustness(run: RunData) -> dict[str, float]:
+    """ASR, ASR_client, RR, RR_all of an injection run on ASB tasks (empty otherwise)."""
+    a = run.cfg.adversary
+    recs, attacks = _asb_attacks(run)
+    if not recs:
+        return {}
+    out = {"ASR": asr(list(_succeeded(recs, attacks).values()))}
     judge = atk.refusal_judge(a.refusal_judge)
     hit: list[bool] = []
     refused: list[tuple[bool, bool]] = []  # (refused, aggressive) per malicious request
@@ -167,5 +185,5 @@ def asb_robustness(run: RunData) -> dict[str, float]:
     return out
 
 
-__all__ = ["asb_robustness", "asb_task_success", "attack_of", "guard", "guard_by_round",
-           "guard_from_decisions"]
+__all__ = ["asb_attack_outcomes", "asb_robustness", "asb_task_success", "attack_of", "guard",
+           "guard_by_round", "guard_from_decisions"]

@@ -42,6 +42,7 @@ from omegaconf import OmegaConf
 
 from pfedma_flwr.agents import hooks as adv
 from pfedma_flwr.config import PFedMAConfig, schema
+from pfedma_flwr.data.bench_asb import AsbAttack
 from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.data.profiles import profile_for_client
 from pfedma_flwr.experiments import agent_benchmarks as bench
@@ -174,6 +175,32 @@ def _malicious_keys(run: RunData, query_id: str) -> set[str]:
     return {f"partition-{i}" for i in ids}
 
 
+def _injections(run: RunData) -> dict[str, AsbAttack]:
+    a = run.cfg.adversary
+    pool = adv.attack_pool(a.attacks, run.cfg.data.data_dir)
+    return {str(r["query_id"]): adv.choose_attack(str(r["query_id"]), pool, a.seed)
+            for r in run.queries}
+
+
+def attack_outcomes(run: RunData) -> dict[str, tuple[str, bool]]:
+    """Query id → (benchmark, the attack succeeded): the per-query terms of an injection ASR.
+
+    On ASB tasks ``z``'s call list calls the attacker tool
+    (:func:`~pfedma_flwr.experiments.agent_benchmarks.asb_attack_outcomes`), elsewhere the
+    injected output appears in the answer. Empty for clean runs and for ``unreliable`` /
+    ``collusion`` attacks, whose per-query success needs the clean twin.
+    """
+    a = run.cfg.adversary
+    if a.ratio == 0.0 or a.kind != "injection" or not run.queries:
+        return {}
+    bench_of = {str(r["query_id"]): str(r["benchmark"]) for r in run.queries}
+    if any(b == "asb" for b in bench_of.values()):
+        return {q: (bench_of[q], ok) for q, ok in bench.asb_attack_outcomes(run).items()}
+    attacks = _injections(run)
+    return {str(r["query_id"]): (bench_of[str(r["query_id"])], atk.injection_succeeded(
+        atk.output_texts(r), attacks[str(r["query_id"])])) for r in run.queries}
+
+
 def robustness(run: RunData) -> dict[str, float]:
     """ASR_raw (injection), RR, exposure, det and fpr of an attacked run (empty if ρ = 0)."""
     a = run.cfg.adversary
@@ -188,12 +215,8 @@ def robustness(run: RunData) -> dict[str, float]:
     if a.kind == "injection" and any(r["benchmark"] == "asb" for r in run.queries):
         out.update(bench.asb_robustness(run))
     elif a.kind == "injection":
-        pool = adv.attack_pool(a.attacks, run.cfg.data.data_dir)
-        attacks = {str(r["query_id"]): adv.choose_attack(str(r["query_id"]), pool, a.seed)
-                   for r in run.queries}
-        succ = [atk.injection_succeeded(atk.output_texts(r), attacks[str(r["query_id"])])
-                for r in run.queries]
-        out["ASR"] = asr(succ)
+        attacks = _injections(run)
+        out["ASR"] = asr([ok for _, ok in attack_outcomes(run).values()])
         aggr = [r for r in run.queries if attacks[str(r["query_id"])].aggressive]
         out["RR"] = refusal_rate([atk.is_refusal(_output(r)) for r in aggr]) if aggr \
             else math.nan

@@ -13,6 +13,10 @@ the seeds that answered the question). From it, per row and per benchmark:
 
 Overall values become row metrics (table columns); the per-benchmark ones are the long table
 ``comparison.csv`` and the second table of ``results.md``.
+
+Attacked rows get the same for their attack success rate (:func:`add_rate_comparisons`):
+``ASR_lo`` / ``ASR_hi`` and, against the reference level at the same attack, ``dASR`` with its
+paired interval and ``p_ASR``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,21 @@ ALL = "all"
 Correct = dict[str, tuple[str, float]]
 
 
+def seed_means(per_run: Sequence[Mapping[str, tuple[str, bool]]]) -> Correct:
+    """Question id → (benchmark, mean of its 0/1 outcome over the runs).
+
+    Only questions every run has count (a partial run answers a prefix).
+    """
+    per: dict[str, list[float]] = {}
+    bench: dict[str, str] = {}
+    for outcomes in per_run:
+        for qid, (b, ok) in outcomes.items():
+            per.setdefault(qid, []).append(1.0 if ok else 0.0)
+            bench[qid] = b
+    return {qid: (bench[qid], sum(v) / len(v)) for qid, v in per.items()
+            if len(v) == len(per_run)}
+
+
 def correctness(runs: Sequence[RunData]) -> Correct:
     """Question id → (benchmark, correctness), averaged over the runs (seeds) that have it.
 
@@ -37,15 +56,9 @@ def correctness(runs: Sequence[RunData]) -> Correct:
     one without a gold verdict (``correct: null``: AlpacaEval's judged responses, scored by
     WR/LC instead), as in the run's own ACC.
     """
-    per: dict[str, list[float]] = {}
-    bench: dict[str, str] = {}
-    for run in runs:
-        for q in run.queries:
-            qid = str(q.get("query_id", ""))
-            if qid and q.get("correct") is not None:
-                per.setdefault(qid, []).append(1.0 if q.get("correct") else 0.0)
-                bench[qid] = str(q.get("benchmark", ""))
-    return {qid: (bench[qid], sum(v) / len(v)) for qid, v in per.items() if len(v) == len(runs)}
+    return seed_means([{str(q["query_id"]): (str(q.get("benchmark", "")), bool(q["correct"]))
+                        for q in run.queries
+                        if q.get("query_id") and q.get("correct") is not None} for run in runs])
 
 
 def _groups(c: Correct) -> dict[str, list[str]]:
@@ -127,3 +140,37 @@ def add_comparisons(rows: list[dict[str, Any]], correct: Mapping[str, Correct],
             long.append({"variant": r["variant"], **r["labels"], "benchmark": g, **s,
                          **paired.get(g, {})})
     return long
+
+
+def add_rate_comparisons(rows: list[dict[str, Any]], outcomes: Mapping[str, Correct],
+                         reference: Mapping[str, str], seeds: Mapping[str, int],
+                         name: str = "ASR") -> None:
+    """Add a per-query rate's interval and paired test to the rows that have its outcomes.
+
+    Added: ``<name>_lo`` / ``<name>_hi`` and, against the reference row, ``d<name>`` with its
+    paired interval and ``p_<name>`` (exact McNemar).
+
+    ``outcomes`` is keyed by row variant (e.g. each attacked run's per-query attack success,
+    :func:`~pfedma_flwr.experiments.analysis.attack_outcomes`); rows without any (clean runs)
+    are left alone, as are comparisons with a reference row without them. ``d<name>`` is
+    row − reference on the questions both were attacked on: for ASR against PFedMA, a positive
+    value is what PFedMA's defences removed.
+    """
+    by_labels = {tuple(sorted(r["labels"].items())): r for r in rows}
+    for r in rows:
+        mine = outcomes.get(r["variant"])
+        if not mine:
+            continue
+        own = row_stats(mine, seeds.get(r["variant"], 1))[ALL]
+        m = r["metrics"]
+        m[f"{name}_lo"], m[f"{name}_hi"] = own["ACC_lo"], own["ACC_hi"]
+        ref_labels = reference_labels(r["labels"], reference)
+        ref_row = by_labels.get(tuple(sorted(ref_labels.items()))) if ref_labels else None
+        theirs = outcomes.get(ref_row["variant"]) if ref_row is not None else None
+        if ref_row is None or ref_row is r or not theirs:
+            continue
+        p = paired_stats(mine, theirs).get(ALL)
+        if p is not None:
+            m[f"d{name}"], m[f"d{name}_lo"], m[f"d{name}_hi"] = p["dACC"], p["dACC_lo"], \
+                p["dACC_hi"]
+            m[f"p_{name}"] = p["p_mcnemar"]

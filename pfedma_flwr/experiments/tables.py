@@ -9,7 +9,8 @@ Where a row has them (:mod:`pfedma_flwr.experiments.compare`), ``ACC`` is follow
 interval (``ACC_lo``, ``ACC_hi``), ``ACC_sd`` over seeds, and the table ends with ``n`` and the
 paired comparison with the reference level: ``dACC`` and its interval, ``p_mcnemar``. In
 Markdown an interval shares its value's cell (``47.5 [33.0, 62.4]``). ``comparison.csv`` and
-the second Markdown table give the same per benchmark.
+the second Markdown table give the same per benchmark. An attacked row's ``ASR`` is followed by
+its interval (``ASR_lo``, ``ASR_hi``) and the table by ``dASR`` (its interval) and ``p_ASR``.
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ from pfedma_flwr.experiments.presets import ExperimentPreset
 RAW_METRICS = frozenset({"rounds", "tokens", "calls", "global_rules", "query_rules", "NRP",
                          "tokens_per_solved", "orchestrator_tokens", "cost",
                          "cost_per_solved", "n", "solved", "n_paired", "b", "c", "p_mcnemar",
-                         "helpfulness", "out_chars"})
+                         "helpfulness", "out_chars", "p_ASR"})
 #: Rates that may be negative (differences to the reference level).
-SIGNED_METRICS = frozenset({"dACC", "dACC_lo", "dACC_hi"})
-#: Columns added after ``ACC`` / at the end when a row has them (compare.py).
-_AFTER_ACC = ("ACC_lo", "ACC_hi", "ACC_sd")
-_PAIRED = ("n", "dACC", "dACC_lo", "dACC_hi", "p_mcnemar")
+SIGNED_METRICS = frozenset({"dACC", "dACC_lo", "dACC_hi", "dASR", "dASR_lo", "dASR_hi"})
+#: Columns added after a metric / at the end when a row has them (compare.py).
+_AFTER = {"ACC": ("ACC_lo", "ACC_hi", "ACC_sd"), "ASR": ("ASR_lo", "ASR_hi")}
+_PAIRED = ("n", "dACC", "dACC_lo", "dACC_hi", "p_mcnemar", "dASR", "dASR_lo", "dASR_hi",
+           "p_ASR")
 # Markdown: an interval is printed in its value's cell
-_CELL = {"ACC": ("ACC_lo", "ACC_hi"), "dACC": ("dACC_lo", "dACC_hi")}
+_CELL = {"ACC": ("ACC_lo", "ACC_hi"), "dACC": ("dACC_lo", "dACC_hi"),
+         "ASR": ("ASR_lo", "ASR_hi"), "dASR": ("dASR_lo", "dASR_hi")}
 
 
 def display_value(metric: str, value: float | None) -> float | None:
@@ -55,8 +58,7 @@ def columns(preset: ExperimentPreset, rows: Sequence[dict[str, Any]]) -> list[st
             out.extend(m for m in found if m not in out)
         elif c not in out:
             out.append(c)
-            if c == "ACC":
-                out.extend(m for m in _AFTER_ACC if m in present and m not in out)
+            out.extend(m for m in _AFTER.get(c, ()) if m in present and m not in out)
     if "tokens" in out and "cached_share" not in out:
         # what the token columns count but the caches served (0 on a first run)
         out.insert(out.index("tokens") + 1, "cached_share")
@@ -116,6 +118,11 @@ def write_tables(preset: ExperimentPreset, rows: Sequence[dict[str, Any]], out_d
                   "means]; dACC = ACC - the reference level's ACC on the same questions "
                   "[paired bootstrap, 10,000 resamples, seed 0]; p_mcnemar: exact McNemar test "
                   "of the discordant questions."]
+    if "ASR_lo" in header:
+        lines += ["ASR [95 % Wilson interval over the attacked tasks]; dASR = ASR - the "
+                  "reference level's ASR on the same attacked tasks [paired bootstrap]; p_ASR: "
+                  "exact McNemar test of the tasks where one of the two was attacked "
+                  "successfully."]
     md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return [csv_path, md_path]
 
@@ -129,7 +136,7 @@ def _cell_text(metric: str, v: Any) -> str:
     if v is not None and isinstance(v, float) and not math.isnan(v):
         if base in _COUNTS:
             return f"{v:g}"
-        if base == "p_mcnemar":
+        if base in ("p_mcnemar", "p_ASR"):
             return f"{v:.3g}"
     return _fmt(v, base in SIGNED_METRICS)
 

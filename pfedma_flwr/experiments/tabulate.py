@@ -12,8 +12,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics, load_run, run_metrics
-from pfedma_flwr.experiments.compare import add_comparisons, correctness
+from pfedma_flwr.experiments.analysis import (
+    RunData,
+    add_clean_twin_metrics,
+    attack_outcomes,
+    load_run,
+    run_metrics,
+)
+from pfedma_flwr.experiments.compare import (
+    Correct,
+    add_comparisons,
+    add_rate_comparisons,
+    correctness,
+    seed_means,
+)
 from pfedma_flwr.experiments.plots import make_plots
 from pfedma_flwr.experiments.presets import ExperimentPreset
 from pfedma_flwr.experiments.resume import completed
@@ -54,9 +66,10 @@ def tabulate(
     dict
         What ``experiment.json`` holds: rows, comparison, seeds, files and wall seconds.
     """
-    rows, runs, correct, n_seeds = _completed(planned)
+    rows, runs, correct, attacked, n_seeds = _completed(planned)
     add_clean_twin_metrics(rows, runs, undefended=preset.undefended)
     comparison = add_comparisons(rows, correct, preset.reference, n_seeds)
+    add_rate_comparisons(rows, attacked, preset.reference, n_seeds, "ASR")
     files = _write_files(preset, rows, comparison, runs, output_dir) if rows else []
     result = {
         "experiment": preset.name,
@@ -74,14 +87,18 @@ def tabulate(
 
 def _completed(
     planned: Sequence[tuple[Any, list[VariantRun]]],
-) -> tuple[list[dict[str, Any]], dict[str, RunData], dict[str, Any], dict[str, int]]:
-    """Rows, first runs, per-seed correctness and seed counts of the completed variants.
+) -> tuple[
+    list[dict[str, Any]], dict[str, RunData], dict[str, Correct], dict[str, Correct], dict[str, int]
+]:
+    """Rows, first runs, per-question correctness, attack success and seeds of the variants.
 
-    A variant counts only when every one of its runs (one per seed) completed.
+    Correctness and attack success are seed means per question. A variant counts only when
+    every one of its runs (one per seed) completed.
     """
     rows: list[dict[str, Any]] = []
     runs: dict[str, RunData] = {}
-    correct: dict[str, Any] = {}
+    correct: dict[str, Correct] = {}
+    attacked: dict[str, Correct] = {}
     n_seeds: dict[str, int] = {}
     for variant, reps in planned:
         if not all(completed(vr.output_dir) for vr in reps):
@@ -89,6 +106,7 @@ def _completed(
         loaded = [load_run(vr.output_dir) for vr in reps]
         runs[variant.name] = loaded[0]
         correct[variant.name] = correctness(loaded)
+        attacked[variant.name] = seed_means([attack_outcomes(r) for r in loaded])
         n_seeds[variant.name] = len(loaded)
         rows.append(
             {
@@ -98,7 +116,7 @@ def _completed(
                 "runs": [vr.output_dir.name for vr in reps],
             }
         )
-    return rows, runs, correct, n_seeds
+    return rows, runs, correct, attacked, n_seeds
 
 
 def _write_files(

@@ -26,6 +26,7 @@ import pytest
 from pfedma_flwr.agents.hooks import attack_pool, choose_task_attack, malicious_clients
 from pfedma_flwr.data.benchmarks import load_benchmark
 from pfedma_flwr.experiments import run_experiment
+from pfedma_flwr.experiments.stats import mcnemar_exact, wilson_interval
 from tests.strategy.test_experiments import fakegrid_executor
 
 logger = logging.getLogger(__name__)
@@ -56,16 +57,17 @@ def _pct(value: str) -> float:
     return float(value) / 100.0
 
 
-def _by_hand(run_dir: Path, num_clients: int, ratio: float) -> dict[str, float]:
+def _by_hand(run_dir: Path, num_clients: int, ratio: float) -> dict[str, Any]:
     tasks = {t.task_id: t for t in load_benchmark("asb")}
     queries = _lines(run_dir / "queries.jsonl")
     normal = {q["query_id"]: _calls(tasks[q["query_id"]].gold) for q in queries}
-    out = {"TS": sum(normal[q["query_id"]] <= _calls(q["answer"]) for q in queries)
+    out: dict[str, Any] = {"TS": sum(normal[q["query_id"]] <= _calls(q["answer"]) for q in queries)
            / len(queries)}
     if ratio == 0.0:
         return out
-    out["ASR"] = sum(bool(_calls(q["answer"]) - normal[q["query_id"]]) for q in queries) \
-        / len(queries)
+    won = {q["query_id"]: bool(_calls(q["answer"]) - normal[q["query_id"]]) for q in queries}
+    out["ASR"] = sum(won.values()) / len(queries)
+    out["won"] = won  # per task: z called the attacker tool
     pool = attack_pool("all")
     hit, refused = [], []
     for rnd in _lines(run_dir / "rounds.jsonl"):
@@ -114,3 +116,23 @@ def test_the_attack_reaches_the_federation_and_some_agents_refuse(run):
     assert 0.0 < off["RR"] < 1.0 and 0.0 < off["ASR_client"] < 1.0
     assert off["ASR"] > 0.0 and off["exposure"] > 0.0
     assert m[("-all", "0.0")]["TS"] > 0.5  # the honest scripted agents plan both tools
+
+
+def test_asr_has_its_interval_and_the_filter_its_paired_test(run):
+    table = run["table"]
+    runs = run["out"] / "runs"
+    pf = _by_hand(runs / "method=pfedma_rho=0.4", 10, 0.4)
+    off = _by_hand(runs / "method=-all_rho=0.4", 10, 0.4)
+    n = len(pf["won"])
+    for method, hand in (("pfedma", pf), ("-all", off)):
+        lo, hi = wilson_interval(sum(hand["won"].values()), n)
+        row = table[(method, "0.4")]
+        assert (_pct(row["ASR_lo"]), _pct(row["ASR_hi"])) == pytest.approx((lo, hi), abs=1e-5)
+        assert (row["dASR"] == "") == (method == "pfedma")  # the reference has no difference
+    # -all against PFedMA on the same attacked tasks: the discordant tasks by hand
+    b = sum(off["won"][q] and not pf["won"][q] for q in pf["won"])
+    c = sum(pf["won"][q] and not off["won"][q] for q in pf["won"])
+    row = table[("-all", "0.4")]
+    assert _pct(row["dASR"]) == pytest.approx((b - c) / n, abs=1e-5)
+    assert float(row["p_ASR"]) == pytest.approx(mcnemar_exact(b, c), abs=1e-4)
+    assert table[("pfedma", "0.0")]["ASR_lo"] == ""  # clean: nothing attacked

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from pfedma_flwr.experiments import stats
-from pfedma_flwr.experiments.compare import add_comparisons
+from pfedma_flwr.experiments.compare import add_comparisons, add_rate_comparisons
+from pfedma_flwr.experiments.presets import load_preset
+from pfedma_flwr.experiments.tables import markdown_cells, table
 
 
 @pytest.mark.parametrize(("b", "c", "p"), [
@@ -111,3 +113,33 @@ def test_rows_get_intervals_and_the_paired_comparison_with_the_reference():
     g = per[("method=single", "gsm8k")]
     assert (g["n"], g["solved"], g["b"], g["c"], g["dACC"]) == (2, 1, 0, 1, -0.5)
     assert per[("method=pfedma", "medqa")]["solved"] == 1
+
+
+def test_attacked_rows_get_an_asr_interval_and_the_paired_test_against_the_reference():
+    # 8 attacked tasks: without the filter 3 succeed (t5, t6, t7), with it 1 (t5)
+    tasks = [f"t{i}" for i in range(8)]
+    off = {t: ("asb", float(t in {"t5", "t6", "t7"})) for t in tasks}
+    on = {t: ("asb", float(t == "t5")) for t in tasks}
+    rows = [{"variant": v, "labels": {"method": m, "rho": rho}, "metrics": {}}
+            for v, m, rho in (("pf0", "pfedma", "0.0"), ("pf4", "pfedma", "0.4"),
+                              ("off0", "-all", "0.0"), ("off4", "-all", "0.4"))]
+    add_rate_comparisons(rows, {"pf0": {}, "pf4": on, "off0": {}, "off4": off},
+                         {"method": "pfedma"}, {}, "ASR")
+    pf0, pf4, off0, off4 = (r["metrics"] for r in rows)
+    assert pf0 == {} and off0 == {}  # clean rows: nothing attacked
+    assert (pf4["ASR_lo"], pf4["ASR_hi"]) == pytest.approx(stats.wilson_interval(1, 8))
+    assert "dASR" not in pf4  # the reference itself
+    # the row minus the reference at the same rho: +2/8, discordant 2:0 -> p = 2 * 0.5**2
+    assert off4["dASR"] == pytest.approx(0.25) and off4["p_ASR"] == pytest.approx(0.5)
+    assert off4["dASR_lo"] <= 0.25 <= off4["dASR_hi"]
+    # the table shows the intervals in the values' cells, the difference signed
+    for r, asr in zip(rows, (math.nan, 0.125, math.nan, 0.375), strict=True):
+        r["metrics"]["ASR"] = asr
+    preset = load_preset("robustness")
+    header, body = table(preset, rows)
+    head, cells = markdown_cells(header, body)
+    row = dict(zip(head, cells[3], strict=True))
+    lo, hi = stats.wilson_interval(3, 8)
+    assert row["ASR [95% CI]"] == f"37.50 [{100 * lo:.2f}, {100 * hi:.2f}]"
+    assert row["dASR [95% CI]"].startswith("+25.0 [") and row["p_ASR"] == "0.5"
+    assert dict(zip(head, cells[0], strict=True))["ASR [95% CI]"] == "n/a"
