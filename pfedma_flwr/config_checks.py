@@ -75,6 +75,8 @@ def _anomaly_checks(a: AnomalyConfig) -> list[tuple[bool, str]]:
         (0.0 <= a.lambda_pool <= 1.0, f"anomaly.lambda_pool must be in [0,1], got {a.lambda_pool}"),
         (0.0 <= a.alpha_con <= 1.0, f"anomaly.alpha_con must be in [0,1], got {a.alpha_con}"),
         (0.0 <= a.tolerance <= 1.0, f"anomaly.tolerance must be in [0,1], got {a.tolerance}"),
+        (0.0 <= a.intent_tolerance <= 1.0,
+         f"anomaly.intent_tolerance must be in [0,1], got {a.intent_tolerance}"),
         (a.consensus in ("coherent", "mean"),
          f"anomaly.consensus must be coherent|mean, got {a.consensus!r}"),
         (a.ablation in ABLATIONS,

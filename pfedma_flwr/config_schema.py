@@ -109,6 +109,9 @@ class AnomalyConfig:
     alpha_con: float = 0.3
     # responses with anomaly score above this are filtered
     tolerance: float = 0.5
+    # responses whose intent risk a_int alone is above this are filtered too, whatever their
+    # evidence and agreement (1.0: off, the seed's formula only; docs/threat_model.md)
+    intent_tolerance: float = 0.5
     # consensus anomaly: coherent (an answer is an outlier only against agreeing others; a
     # two-way split scores 0) | mean (the seed's 1 - mean similarity)
     consensus: str = "coherent"

@@ -1,7 +1,7 @@
 """Multi-factor anomaly score of uploaded responses and the tolerance filter (DESIGN §3.7).
 
 ``A_i = (1 − α_con)·[λ_pool·max(a_int, a_evi) + (1 − λ_pool)·(a_int + a_evi)/2] + α_con·a_con``,
-retained iff ``A_i ≤ tolerance``. The intent and evidence terms come from a frozen
+retained iff ``A_i ≤ tolerance`` and ``a_int ≤ intent_tolerance``. The intent and evidence terms come from a frozen
 :class:`~pfedma_flwr.anomaly.judges.Judge` (one batched call per term and round); the
 consensus term is deterministic (paper App. D).
 
@@ -20,6 +20,13 @@ judge bracket (:func:`consensus_floor`, issue 30), and the evidence term never c
 with itself (:mod:`~pfedma_flwr.anomaly.evidence`).
 
 A dropped term is not computed (no judge call for it) and is reported as 0.
+
+The intent bound is ours (the paper gives no formula): under the seed's weights the intent term
+contributes at most ``(1 − α)(λ + (1 − λ)/2) = 0.455`` to ``A``, so a response that pursues an
+intent-risk category is filtered only when its evidence or consensus is also off. Agreeing
+colluders with self-consistent claims never are: on ASB's injection tasks with 2 malicious
+clients of 5, every attacked reply scored ``a_int`` 0.78 (benign replies at most 0.37) and 34
+of 41 were retained (docs/threat_model.md).
 """
 
 from __future__ import annotations
@@ -221,7 +228,8 @@ def consensus_anomalies(
 class AnomalyResult:
     """Evaluation of one response: the three terms, ``A_i``, and the filter decision.
 
-    ``reason`` is ``"retained"``, ``"above_tolerance"`` or ``"unparsed"`` (no structured
+    ``reason`` is ``"retained"``, ``"above_tolerance"``, ``"intent_above_tolerance"`` (``A``
+    within the tolerance but ``a_int`` above the intent bound) or ``"unparsed"`` (no structured
     response: format failure or refusal; such responses take no part in consensus).
     """
 
@@ -286,6 +294,7 @@ def evaluate_batch(
     lambda_pool: float = 0.3,
     alpha_con: float = 0.3,
     tolerance: float = 0.5,
+    intent_tolerance: float = 1.0,
     ablation: Ablation | str = Ablation.NONE,
     options: Sequence[Options] | None = None,
     prior: Sequence[Sequence[str]] | None = None,
@@ -305,6 +314,8 @@ def evaluate_batch(
         Frozen judge and the shared embedding model.
     lambda_pool, alpha_con, tolerance : float
         DESIGN §3.7 constants, each in [0, 1].
+    intent_tolerance : float
+        Bound on ``a_int`` alone (module docstring); 1.0 (the default here) leaves it off.
     ablation : Ablation or str
         Evaluator ablation (module docstring).
     options : Sequence[Options], optional
@@ -324,7 +335,7 @@ def evaluate_batch(
     """
     ab = Ablation(ablation)
     for name, v in (("lambda_pool", lambda_pool), ("alpha_con", alpha_con),
-                    ("tolerance", tolerance)):
+                    ("tolerance", tolerance), ("intent_tolerance", intent_tolerance)):
         _unit(name, v)
     for what, seq in (("kinds", kinds), ("option sets", options),
                       ("prior answer lists", prior), ("query texts", queries)):
@@ -360,9 +371,10 @@ def evaluate_batch(
         ai, ae, ac = float(a_int[n]), float(a_evi[n]), a_con.get((g, k), 0.0)
         score = ablated_anomaly_score(ai, ae, ac, lambda_pool=lambda_pool, alpha_con=alpha_con,
                                       ablation=ab, floor=consensus == "coherent")
-        keep = score <= tolerance
-        out[g][k] = AnomalyResult(a_int=ai, a_evi=ae, a_con=ac, score=score, retained=keep,
-                                  reason="retained" if keep else "above_tolerance")
+        reason = ("above_tolerance" if score > tolerance
+                  else "intent_above_tolerance" if ai > intent_tolerance else "retained")
+        out[g][k] = AnomalyResult(a_int=ai, a_evi=ae, a_con=ac, score=score,
+                                  retained=reason == "retained", reason=reason)
     return out
 
 
@@ -375,6 +387,7 @@ def evaluate_responses(
     lambda_pool: float = 0.3,
     alpha_con: float = 0.3,
     tolerance: float = 0.5,
+    intent_tolerance: float = 1.0,
     ablation: Ablation | str = Ablation.NONE,
     options: Options = None,
     consensus: str = "coherent",
@@ -382,6 +395,6 @@ def evaluate_responses(
     """:func:`evaluate_batch` for the responses to a single query."""
     return evaluate_batch(
         [responses], kinds=[kind], judge=judge, embedder=embedder, lambda_pool=lambda_pool,
-        alpha_con=alpha_con, tolerance=tolerance, ablation=ablation, options=[options],
-        consensus=consensus,
+        alpha_con=alpha_con, tolerance=tolerance, intent_tolerance=intent_tolerance,
+        ablation=ablation, options=[options], consensus=consensus,
     )[0]

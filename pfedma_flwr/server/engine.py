@@ -280,7 +280,8 @@ class CollaborationEngine:
         results = evaluate_batch(
             groups, kinds=[q.task.answer_kind for q in in_flight], judge=self.judge,
             embedder=self.embedder, lambda_pool=s.lambda_pool, alpha_con=s.alpha_con,
-            tolerance=s.tolerance, ablation=s.ablation, consensus=s.consensus,
+            tolerance=s.tolerance, intent_tolerance=s.intent_tolerance, ablation=s.ablation,
+            consensus=s.consensus,
             options=[q.task.options or None for q in in_flight],
             prior=[[h.response.final_answer for h in q.history
                     if h.retained and h.response is not None] for q in in_flight],

@@ -23,7 +23,8 @@ ENGINE_KEYS: dict[str, str] = {
     "t_max": "strategy.t_max", "k_max": "strategy.k_max", "batch_size": "strategy.batch_size",
     "min_replies": "strategy.min_replies", "max_failed_share": "strategy.max_failed_share",
     "lambda_pool": "anomaly.lambda_pool", "alpha_con": "anomaly.alpha_con",
-    "tolerance": "anomaly.tolerance", "consensus": "anomaly.consensus",
+    "tolerance": "anomaly.tolerance", "intent_tolerance": "anomaly.intent_tolerance",
+    "consensus": "anomaly.consensus",
     "ablation": "anomaly.ablation", "use_capability": "routing.use_capability",
     "use_reliability": "routing.use_reliability", "refine_query": "routing.refine_query",
     "refine_style": "routing.refine_style", "prices": "routing.prices",
@@ -67,6 +68,7 @@ class EngineSettings:
     lambda_pool: float = _default("lambda_pool")
     alpha_con: float = _default("alpha_con")
     tolerance: float = _default("tolerance")
+    intent_tolerance: float = _default("intent_tolerance")
     consensus: str = _default("consensus")
     ablation: str = _default("ablation")
     use_capability: bool = _default("use_capability")

@@ -17,6 +17,7 @@ from pfedma_flwr.anomaly.scores import (
     evidence_anomaly,
     similarity_to,
 )
+from pfedma_flwr.config import PFedMAConfig
 from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 
 
@@ -313,6 +314,34 @@ def test_tolerance_boundary_is_inclusive():
                               **kw)[0].retained
     assert not evaluate_responses([r], judge=FakeJudge([0.0], [[0.5]]), tolerance=0.2499,
                                   **kw)[0].retained
+
+
+def test_intent_bound_filters_agreeing_colluders_the_weighted_score_keeps():
+    # two colluders agree (coherent a_con 0) and back their claim (support .85 → a_evi .15);
+    # their intent risk .78 (the ASB injection runs, docs/threat_model.md):
+    # bracket .3·.78 + .7·(.78+.15)/2 = .5595 → A = .7·.5595 = .39165 ≤ .5: kept by A alone
+    bad = _resp("18", [("c 18", ["e"])])
+    judge = FakeJudge([0.78, 0.78], [[0.85], [0.85]])
+    out = evaluate_responses([bad, bad], kind="number", judge=judge, embedder=EMB)
+    assert [r.score for r in out] == pytest.approx([0.39165, 0.39165])
+    assert [r.retained for r in out] == [True, True]  # the default here: no intent bound
+    out = evaluate_responses([bad, bad], kind="number", judge=FakeJudge([0.78, 0.78],
+                             [[0.85], [0.85]]), embedder=EMB, intent_tolerance=0.5)
+    assert [(r.retained, r.reason) for r in out] == [(False, "intent_above_tolerance")] * 2
+    assert [r.score for r in out] == pytest.approx([0.39165, 0.39165])  # A itself unchanged
+    # a_int at the bound is kept (inclusive, like the tolerance); above A's tolerance the
+    # reason stays above_tolerance
+    out = evaluate_responses([bad], kind="number", judge=FakeJudge([0.5], [[0.85]]),
+                             embedder=EMB, intent_tolerance=0.5)
+    assert out[0].retained
+    out = evaluate_responses([bad], kind="number", judge=FakeJudge([0.9], [[0.0]]),
+                             embedder=EMB, intent_tolerance=0.5)
+    assert out[0].reason == "above_tolerance"
+    # -intent drops the term and with it the bound; the run config's default is 0.5
+    out = evaluate_responses([bad], kind="number", judge=FakeJudge([0.9], [[0.85]]),
+                             embedder=EMB, intent_tolerance=0.5, ablation="-intent")
+    assert out[0].retained
+    assert PFedMAConfig().anomaly.intent_tolerance == 0.5
 
 
 def test_bad_judge_values_are_conservative():

@@ -92,7 +92,8 @@ def test_engine_settings_are_a_view_of_the_run_config():
     cfg = load_config({"config-name": "tiny", "overrides": (
         "strategy.t_max=3 strategy.k_max=4 strategy.batch_size=7 strategy.min_replies=2 "
         "strategy.max_failed_share=0.25 anomaly.lambda_pool=0.4 anomaly.alpha_con=0.2 "
-        "anomaly.tolerance=0.6 anomaly.consensus=mean anomaly.ablation=-intent "
+        "anomaly.tolerance=0.6 anomaly.intent_tolerance=0.7 anomaly.consensus=mean "
+        "anomaly.ablation=-intent "
         "routing.use_capability=false routing.use_reliability=false routing.refine_query=false "
         "routing.refine_style=verify routing.prices.default=2.0 routing.lone_answers=skip "
         "rules.mode=LE rules.sim_threshold=0.8 seed=5 protocol.max_items=9 "
