@@ -1,9 +1,9 @@
 """Multi-factor anomaly score of uploaded responses and the tolerance filter (DESIGN §3.7).
 
 ``A_i = (1 − α_con)·[λ_pool·max(a_int, a_evi) + (1 − λ_pool)·(a_int + a_evi)/2] + α_con·a_con``,
-retained iff ``A_i ≤ tolerance`` and ``a_int ≤ intent_tolerance``. The intent and evidence terms come from a frozen
-:class:`~pfedma_flwr.anomaly.judges.Judge` (one batched call per term and round); the
-consensus term is deterministic (paper App. D).
+retained iff ``A_i ≤ tolerance`` and ``a_int ≤ intent_tolerance``. The intent and evidence
+terms come from a frozen :class:`~pfedma_flwr.anomaly.judges.Judge` (one batched call per term
+and round); the consensus term is deterministic (paper App. D).
 
 Ablations (paper Fig. 2a) drop a term and renormalize the remaining weights:
 
