@@ -195,10 +195,17 @@ def attack_outcomes(run: RunData) -> dict[str, tuple[str, bool]]:
         return {}
     bench_of = {str(r["query_id"]): str(r["benchmark"]) for r in run.queries}
     if any(b == "asb" for b in bench_of.values()):
-        return {q: (bench_of[q], ok) for q, ok in bench.asb_attack_outcomes(run).items()}
-    attacks = _injections(run)
-    return {str(r["query_id"]): (bench_of[str(r["query_id"])], atk.injection_succeeded(
-        atk.output_texts(r), attacks[str(r["query_id"])])) for r in run.queries}
+        won = bench.asb_attack_outcomes(run)
+    else:
+        won = _injection_outcomes(run, _injections(run))
+    return {q: (bench_of[q], ok) for q, ok in won.items()}
+
+
+def _injection_outcomes(run: RunData, attacks: Mapping[str, AsbAttack]) -> dict[str, bool]:
+    """Query id → the injected output appears in the answer (non-ASB injection runs)."""
+    return {str(r["query_id"]): atk.injection_succeeded(atk.output_texts(r),
+                                                        attacks[str(r["query_id"])])
+            for r in run.queries}
 
 
 def robustness(run: RunData) -> dict[str, float]:
@@ -216,7 +223,7 @@ def robustness(run: RunData) -> dict[str, float]:
         out.update(bench.asb_robustness(run))
     elif a.kind == "injection":
         attacks = _injections(run)
-        out["ASR"] = asr([ok for _, ok in attack_outcomes(run).values()])
+        out["ASR"] = asr(list(_injection_outcomes(run, attacks).values()))
         aggr = [r for r in run.queries if attacks[str(r["query_id"])].aggressive]
         out["RR"] = refusal_rate([atk.is_refusal(_output(r)) for r in aggr]) if aggr \
             else math.nan

@@ -110,6 +110,18 @@ def reference_labels(labels: Mapping[str, str], reference: Mapping[str, str]
     return {**labels, **reference}
 
 
+def _reference_rows(rows: Sequence[dict[str, Any]], reference: Mapping[str, str]
+                    ) -> dict[str, dict[str, Any] | None]:
+    """Each row's reference row by variant (``None`` without one in ``rows``)."""
+    by_labels = {tuple(sorted(r["labels"].items())): r for r in rows}
+    out: dict[str, dict[str, Any] | None] = {}
+    for r in rows:
+        ref_labels = reference_labels(r["labels"], reference)
+        out[r["variant"]] = by_labels.get(tuple(sorted(ref_labels.items()))) \
+            if ref_labels else None
+    return out
+
+
 def add_comparisons(rows: list[dict[str, Any]], correct: Mapping[str, Correct],
                     reference: Mapping[str, str], seeds: Mapping[str, int]) -> list[dict[str, Any]]:
     """Add the interval and paired-test metrics to ``rows``; return the long comparison table.
@@ -118,12 +130,11 @@ def add_comparisons(rows: list[dict[str, Any]], correct: Mapping[str, Correct],
     ``benchmark`` (``all`` first), then the statistics of :func:`row_stats` and, against the
     reference, :func:`paired_stats` (NaN for the reference row itself or without one).
     """
-    by_labels = {tuple(sorted(r["labels"].items())): r for r in rows}
+    refs = _reference_rows(rows, reference)
     long: list[dict[str, Any]] = []
     for r in rows:
         own = row_stats(correct[r["variant"]], seeds.get(r["variant"], 1))
-        ref_labels = reference_labels(r["labels"], reference)
-        ref_row = by_labels.get(tuple(sorted(ref_labels.items()))) if ref_labels else None
+        ref_row = refs[r["variant"]]
         paired = {} if ref_row is None or ref_row is r else paired_stats(
             correct[r["variant"]], correct[ref_row["variant"]])
         m = r["metrics"]
@@ -156,7 +167,7 @@ def add_rate_comparisons(rows: list[dict[str, Any]], outcomes: Mapping[str, Corr
     row − reference on the questions both were attacked on: for ASR against PFedMA, a positive
     value is what PFedMA's defences removed.
     """
-    by_labels = {tuple(sorted(r["labels"].items())): r for r in rows}
+    refs = _reference_rows(rows, reference)
     for r in rows:
         mine = outcomes.get(r["variant"])
         if not mine:
@@ -164,8 +175,7 @@ def add_rate_comparisons(rows: list[dict[str, Any]], outcomes: Mapping[str, Corr
         own = row_stats(mine, seeds.get(r["variant"], 1))[ALL]
         m = r["metrics"]
         m[f"{name}_lo"], m[f"{name}_hi"] = own["ACC_lo"], own["ACC_hi"]
-        ref_labels = reference_labels(r["labels"], reference)
-        ref_row = by_labels.get(tuple(sorted(ref_labels.items()))) if ref_labels else None
+        ref_row = refs[r["variant"]]
         theirs = outcomes.get(ref_row["variant"]) if ref_row is not None else None
         if ref_row is None or ref_row is r or not theirs:
             continue
