@@ -283,9 +283,10 @@ def run_metrics(run: RunData) -> dict[str, float]:
     return m
 
 
-def add_clean_twin_metrics(rows: Sequence[dict[str, Any]], runs: Mapping[str, RunData],
-                           twin_axis: str = "rho",
-                           undefended: Mapping[str, Mapping[str, str]] | None = None) -> None:
+def add_clean_twin_metrics(
+    rows: Sequence[dict[str, Any]], runs: Mapping[str, RunData], twin_axis: str = "rho",
+    undefended: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, dict[str, tuple[str, bool]]]:
     """BP, PNA, NRP (and ASR of ``unreliable``/``collusion`` attacks) from clean twins (App. H).
 
     The clean twin has the same labels except ``twin_axis`` and adversary ratio 0.
@@ -296,12 +297,17 @@ def add_clean_twin_metrics(rows: Sequence[dict[str, Any]], runs: Mapping[str, Ru
     its PNA is its BP; PNA is NaN when the undefended clean run is missing (``--only``).
     NRP = 100·PNA·(1 − ASR) (percent). An ``unreliable`` attack on query ``q`` succeeded when
     the defended clean twin answered ``q`` right and the attacked run did not.
+
+    Returns the per-query terms of those ``unreliable``/``collusion`` ASRs, variant → query id
+    → (benchmark, the attack succeeded), for their intervals and paired tests (what
+    :func:`attack_outcomes` gives for injections).
     """
     def key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, v) for k, v in labels.items() if k != twin_axis))
 
     clean = {key(r["labels"]): r for r in rows
              if runs[r["variant"]].cfg.adversary.ratio == 0.0}
+    outcomes: dict[str, dict[str, tuple[str, bool]]] = {}
     for r in rows:
         twin = clean.get(key(r["labels"]))
         if twin is None:
@@ -319,10 +325,13 @@ def add_clean_twin_metrics(rows: Sequence[dict[str, Any]], runs: Mapping[str, Ru
         run = runs[r["variant"]]
         if run.cfg.adversary.ratio > 0 and run.cfg.adversary.kind in ("unreliable", "collusion"):
             right = {q["query_id"]: bool(q["correct"]) for q in runs[twin["variant"]].queries}
-            r["metrics"]["ASR"] = asr([atk.unreliable_attack_succeeded(
-                right.get(q["query_id"], False), bool(q["correct"])) for q in run.queries])
+            won = outcomes[r["variant"]] = {
+                str(q["query_id"]): (str(q.get("benchmark", "")), atk.unreliable_attack_succeeded(
+                    right.get(q["query_id"], False), bool(q["correct"]))) for q in run.queries}
+            r["metrics"]["ASR"] = asr([ok for _, ok in won.values()])
         if run.cfg.adversary.ratio > 0:
             r["metrics"]["NRP"] = nrp(r["metrics"]["PNA"], r["metrics"].get("ASR", math.nan))
+    return outcomes
 
 
 def selection_matrix(run: RunData) -> tuple[list[str], list[str], list[list[float]]]:

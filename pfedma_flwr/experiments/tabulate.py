@@ -67,7 +67,10 @@ def tabulate(
         What ``experiment.json`` holds: rows, comparison, seeds, files and wall seconds.
     """
     rows, runs, correct, attacked, n_seeds = _completed(planned)
-    add_clean_twin_metrics(rows, runs, undefended=preset.undefended)
+    # unreliable/collusion ASR is decided per query against the clean twin (first seed's runs,
+    # as the ASR metric itself)
+    for variant, won in add_clean_twin_metrics(rows, runs, undefended=preset.undefended).items():
+        attacked[variant] = {qid: (b, 1.0 if ok else 0.0) for qid, (b, ok) in won.items()}
     comparison = add_comparisons(rows, correct, preset.reference, n_seeds)
     add_rate_comparisons(rows, attacked, preset.reference, n_seeds, "ASR")
     files = _write_files(preset, rows, comparison, runs, output_dir) if rows else []

@@ -78,6 +78,46 @@ def test_bp_is_the_defended_clean_acc_and_pna_the_undefended_one():
     assert rows[1]["metrics"]["BP"] == 0.8 and math.isnan(rows[1]["metrics"]["PNA"])
 
 
+def test_unreliable_asr_is_decided_against_the_clean_twin_per_query_with_its_interval():
+    from pathlib import Path
+
+    from pfedma_flwr.config import PFedMAConfig
+    from pfedma_flwr.experiments import stats
+    from pfedma_flwr.experiments.analysis import RunData, add_clean_twin_metrics
+    from pfedma_flwr.experiments.compare import add_rate_comparisons
+
+    def run(ratio: float, right: list[bool]) -> RunData:
+        cfg = PFedMAConfig()
+        cfg.adversary.ratio, cfg.adversary.kind = ratio, "collusion"
+        queries = [{"query_id": f"q{i}", "benchmark": "gsm8k", "correct": ok}
+                   for i, ok in enumerate(right)]
+        return RunData(out_dir=Path("."), cfg=cfg, summary={}, queries=queries)
+
+    # clean right on q0, q1, q3; attacked wrong on q0, q2, q3: the attack won q0 and q3 (q2 was
+    # lost without it), so ASR = 2/4; the filter-off level lost q1 too: 3/4
+    runs = {"m=a_rho=0": run(0.0, [True, True, False, True]),
+            "m=a_rho=1": run(0.4, [False, True, False, False]),
+            "m=off_rho=0": run(0.0, [True, True, False, True]),
+            "m=off_rho=1": run(0.4, [False, False, False, False])}
+    rows = [{"variant": v, "labels": {"m": v[2:].split("_")[0], "rho": v[-1]},
+             "metrics": {"ACC": 0.5}} for v in runs]
+    won = add_clean_twin_metrics(rows, runs)
+    assert won == {"m=a_rho=1": {"q0": ("gsm8k", True), "q1": ("gsm8k", False),
+                                 "q2": ("gsm8k", False), "q3": ("gsm8k", True)},
+                   "m=off_rho=1": {"q0": ("gsm8k", True), "q1": ("gsm8k", True),
+                                   "q2": ("gsm8k", False), "q3": ("gsm8k", True)}}
+    m = {r["variant"]: r["metrics"] for r in rows}
+    assert m["m=a_rho=1"]["ASR"] == 0.5 and m["m=off_rho=1"]["ASR"] == 0.75
+    rates = {v: {q: (b, float(ok)) for q, (b, ok) in w.items()} for v, w in won.items()}
+    add_rate_comparisons(rows, rates, {"m": "a"}, {}, "ASR")
+    assert (m["m=a_rho=1"]["ASR_lo"], m["m=a_rho=1"]["ASR_hi"]) == pytest.approx(
+        stats.wilson_interval(2, 4))
+    # +1/4 against the reference on the same queries, discordant 1:0 -> exact p = 1
+    assert m["m=off_rho=1"]["dASR"] == pytest.approx(0.25)
+    assert m["m=off_rho=1"]["p_ASR"] == pytest.approx(1.0)
+    assert "ASR_lo" not in m["m=a_rho=0"]
+
+
 def test_undefended_must_name_the_presets_axes_and_levels():
     axes = {"method": {"a": {}, "off": {}}, "rho": {"0": {}}}
     p = parse_preset("p", {"axes": axes, "undefended": {"method": {"a": "off"}}})
