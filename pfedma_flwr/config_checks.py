@@ -165,6 +165,7 @@ def _source_checks(cfg: PFedMAConfig) -> list[tuple[bool, str]]:
         (a.option_reasoning in ("profile", *OPTION_WAYS),
          f"agent.option_reasoning must be profile|{'|'.join(OPTION_WAYS)}, got "
          f"{a.option_reasoning!r}"),
+        (a.guard_shots >= 0, f"agent.guard_shots must be >= 0, got {a.guard_shots}"),
         (a.guard_decision in GUARD_DECISIONS,
          f"agent.guard_decision must be one of {GUARD_DECISIONS}, got {a.guard_decision!r}"),
         (d.split_seed >= -1, f"data.split_seed must be >= 0 (or -1: the run's), got "

@@ -250,6 +250,9 @@ class AgentConfig:
     # task, the client checks the user information against it; a rule it does not hold allows)
     # | model (the model's own ACTION DENIED / GRANTED line; the 1.5B denies nearly every action)
     guard_decision: str = "check"
+    # Mind2Web-SC guard: GuardAgent's memory, the solved guard tasks of the client's own D_i
+    # nearest to the task, each with the held rule it violated, shown before the task
+    guard_shots: int = 0
     # token budget of a whole answer (a tool action of PrivacyLens, an AlpacaEval response):
     # a message holding such queries generates with max(backend.max_tokens, this)
     open_max_tokens: int = 512

@@ -22,7 +22,12 @@ from pfedma_flwr.agents.reasoning import derive_response
 from pfedma_flwr.client import followups, memory
 from pfedma_flwr.client.generation import answer_seed, error_code, generate_batch, timing_delta
 from pfedma_flwr.client.memory import FEW_SHOT_SCOPES
-from pfedma_flwr.client.posing import BENCHMARK_FORMATS, evolve_guard_rules, read_reply
+from pfedma_flwr.client.posing import (
+    BENCHMARK_FORMATS,
+    evolve_guard_rules,
+    guard_memory,
+    read_reply,
+)
 from pfedma_flwr.client.prompts import query_messages
 from pfedma_flwr.client.state import AgentState, parse_rule_mode
 from pfedma_flwr.config import AgentConfig, RulesConfig
@@ -121,6 +126,9 @@ class ClientAgent:
         Show the options in this agent's own seeded order; its letter is mapped back.
     guard_decision : {"check", "model"}
         How a Mind2Web-SC guard decision is made (:mod:`pfedma_flwr.agents.guard`).
+    guard_shots : int
+        GuardAgent's memory demonstrations per guard task: the nearest solved tasks of
+        ``D_i`` with the held rule each violated (:func:`~.posing.guard_memory`).
     """
 
     def __init__(
@@ -142,6 +150,7 @@ class ClientAgent:
         option_reasoning: str | None = _profile_or(_AGENT.option_reasoning),
         permute_options: bool = _AGENT.permute_options,
         guard_decision: str = _AGENT.guard_decision,
+        guard_shots: int = _AGENT.guard_shots,
     ) -> None:
         if few_shot < 0 or experience_size < 0 or max_tokens < 1:
             raise ValueError("few_shot and experience_size must be >= 0, max_tokens >= 1")
@@ -169,6 +178,9 @@ class ClientAgent:
             raise ValueError(f"guard_decision must be one of {GUARD_DECISIONS}, "
                              f"got {guard_decision!r}")
         self.guard_decision = guard_decision
+        if guard_shots < 0:
+            raise ValueError(f"guard_shots must be >= 0, got {guard_shots}")
+        self.guard_shots = guard_shots
         self.profile, self.backend, self.embedder = profile, backend, embedder
         self.private_data = list(private_data)
         self.recognizer = recognizer
@@ -278,10 +290,13 @@ class ClientAgent:
     def _prompt(self, q: RoutedQuery, text: str, refinement: str, shots: Sequence[Task],
                 lessons: Sequence[str], state: AgentState) -> tuple[list[Any], bool]:
         """The messages that pose ``q`` to this agent (:func:`~.prompts.query_messages`)."""
+        shown = guard_memory(text, state.rules, self.private_data, self.embedder,
+                             self.guard_shots) if q.task_format == "guard" else []
         return query_messages(q, text, refinement, shots, lessons, state.rules,
                               profile_prompt=self.profile.prompt,
                               response_format=self.response_format, reasoning=self.reasoning,
-                              few_shot_style=self.few_shot_style, option_way=self.option_way)
+                              few_shot_style=self.few_shot_style, option_way=self.option_way,
+                              guard_memory=shown, guard_decision=self.guard_decision)
 
     def _answer(self, q: RoutedQuery, gen: GenerationResult, text: str,
                 view: tuple[str, str, dict[str, str]], seen: str, state: AgentState,

@@ -145,7 +145,7 @@ def _assemble(cfg: PFedMAConfig, node: dict[str, Any], policy: NodePolicy) -> Cl
         lesson_min_sim=a.lesson_min_sim,
         reasoning=policy.reasoning(profile.reasoning if a.reasoning == "profile" else a.reasoning),
         few_shot_style=a.few_shot_style, permute_options=a.permute_options,
-        guard_decision=a.guard_decision,
+        guard_decision=a.guard_decision, guard_shots=a.guard_shots,
         option_reasoning=None if a.option_reasoning == "profile" else a.option_reasoning,
     )
 

@@ -7,7 +7,9 @@ benchmark defines it, here:
 - **guard**: the rules shown are the safety rules this client holds *now* (its repository's
   active ``guard`` rules: the rule mode decides, docs/rules.md); before posing, local evolution
   (LE, G2L, L2G, full) creates the rules that its own labelled partition's denied examples
-  violated and that it does not hold yet (:func:`evolve_guard_rules`);
+  violated and that it does not hold yet (:func:`evolve_guard_rules`); with
+  ``agent.guard_shots`` > 0 the prompt also shows GuardAgent's memory: the client's own solved
+  guard tasks nearest to this one, each with the held rule it violated (:func:`guard_memory`);
 - **tool_plan**: the question's instructions become the system message and its task the user
   turn (:func:`~pfedma_flwr.agents.tool_plan.tool_plan_messages`).
 
@@ -20,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pfedma_flwr.agents.guard import (
+    category_messages,
     check_guard_reply,
     guard_messages,
     guard_response,
+    memory_demonstrations,
     parse_guard_reply,
 )
 from pfedma_flwr.agents.prompting import user_prompt
@@ -33,10 +37,12 @@ from pfedma_flwr.agents.tool_plan import (
     tool_plan_response,
 )
 from pfedma_flwr.data.benchmarks import Task
+from pfedma_flwr.data.retrieval import retrieve_examples
+from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import RoutedQuery, RuleCandidate, StructuredResponse
 from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.generalize import generalize, is_shareable
-from pfedma_flwr.rules.guard_catalogue import safety_rule
+from pfedma_flwr.rules.guard_catalogue import rule_of_text, safety_rule
 from pfedma_flwr.rules.guard_rules import guard_rule, held_safety_rules, uncovered_safety_rules
 
 #: Task formats posed here (the others are chain-of-thought ``qa``).
@@ -64,11 +70,36 @@ def evolve_guard_rules(repo: LocalRuleRepository,
     return out
 
 
-def pose(q: RoutedQuery, text: str, repo: LocalRuleRepository) -> list[dict[str, str]]:
-    """Chat messages of a benchmark-format query (``text``: the task as this client sees it)."""
+def guard_memory(text: str, repo: LocalRuleRepository, private_data: Sequence[Task],
+                 embedder: Embedder, k: int) -> list[tuple[str, str]]:
+    """The ``k`` solved guard tasks of ``D_i`` nearest to ``text`` whose rule the client holds.
+
+    GuardAgent retrieves in-context demonstrations from its memory of earlier tasks; a
+    client's memory is its own labelled partition (never another client's data), as
+    ``(task, rule id)`` (:func:`~pfedma_flwr.agents.guard.memory_demonstrations`).
+    """
+    if k <= 0:
+        return []
+    held = {r.rule_id for r in held_safety_rules(repo.active_rules("guard"))}
+    pool = [t for t in private_data if t.task_format == "guard" and t.violated_rules
+            and (rule := rule_of_text(t.violated_rules[0])) is not None and rule.rule_id in held]
+    return memory_demonstrations(retrieve_examples(text, pool, k, embedder))
+
+
+def pose(q: RoutedQuery, text: str, repo: LocalRuleRepository,
+         memory: Sequence[tuple[str, str]] = (), guard_decision: str = "check",
+         ) -> list[dict[str, str]]:
+    """Chat messages of a benchmark-format query (``text``: the task as this client sees it).
+
+    ``memory``: the guard's demonstrations (:func:`guard_memory`), ignored by other formats;
+    ``guard_decision``: ``check`` asks which held rule covers the task
+    (:func:`~pfedma_flwr.agents.guard.category_messages`), ``model`` for the decision itself
+    (:func:`~pfedma_flwr.agents.guard.guard_messages`).
+    """
     if q.task_format == "guard":
         held = held_safety_rules(repo.active_rules("guard"))
-        return guard_messages(user_prompt(query_text=text, refinement=q.refinement), held)
+        ask = category_messages if guard_decision == "check" else guard_messages
+        return ask(user_prompt(query_text=text, refinement=q.refinement), held, memory)
     if q.task_format == "tool_plan":
         return tool_plan_messages(text, q.refinement)
     raise ValueError(f"task_format {q.task_format!r} is not posed here ({BENCHMARK_FORMATS})")

@@ -31,18 +31,21 @@ from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 def query_messages(q: RoutedQuery, text: str, refinement: str, shots: Sequence[Task],
                    lessons: Sequence[str], repo: LocalRuleRepository, *, profile_prompt: str,
                    response_format: str, reasoning: str, few_shot_style: str,
-                   option_way: str) -> tuple[list[Any], bool]:
+                   option_way: str, guard_memory: Sequence[tuple[str, str]] = (),
+                   guard_decision: str = "check") -> tuple[list[Any], bool]:
     """The messages that pose ``q`` to an agent, and whether they ask for a program.
 
     ``text`` and ``refinement`` are the task as this agent sees it (after its hooks and option
     order); the keyword arguments are the agent's settings of the same names
-    (:class:`~pfedma_flwr.client.agent.ClientAgent`), ``reasoning`` its resolved method.
+    (:class:`~pfedma_flwr.client.agent.ClientAgent`), ``reasoning`` its resolved method;
+    ``guard_memory`` the demonstrations of a guard task (:func:`~.posing.guard_memory`) and
+    ``guard_decision`` how it is decided (:func:`~.posing.pose`).
     """
     chain = response_format == "reasoning"
     cases = [as_case(t) for t in shots] if few_shot_style == "cases" else ()
     turns = shots if few_shot_style == "turns" else []
     if q.task_format in BENCHMARK_FORMATS:
-        return pose(q, text, repo), False
+        return pose(q, text, repo, guard_memory, guard_decision), False
     if chain and reasoning == "program" and q.answer_kind in PROGRAM_KINDS:
         return program_messages(profile_prompt=profile_prompt, query_text=text,
                                 refinement=refinement, lessons=lessons, cases=cases), True

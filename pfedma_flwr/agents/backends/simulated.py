@@ -42,7 +42,7 @@ from functools import cache
 from pfedma_flwr.agents.actions import SENT_FIELDS, ToolAction, action_answer
 from pfedma_flwr.agents.backends.base import Messages
 from pfedma_flwr.agents.backends.mock import MockBackend, default_responder
-from pfedma_flwr.agents.guard import GUARD_SYSTEM
+from pfedma_flwr.agents.guard import CATEGORY_SYSTEM, GUARD_SYSTEM
 from pfedma_flwr.agents.hooks import corrupt_answer
 from pfedma_flwr.agents.tool_plan import offered_tools
 from pfedma_flwr.data.bench_asb import DEFAULT_IGNORE
@@ -59,7 +59,7 @@ _PLACEHOLDER = re.compile(r"\[(?:REDACTED:)?[A-Z][A-Z0-9_]*\]")
 # a hidden value whose single words the agent may also not know (a name, not an address)
 _NAMEISH = re.compile(r"[^\W\d_]+(?:[ '-][^\W\d_]+)*")
 _KEY_CHARS = 80
-_HELD = re.compile(r"^(R[1-6])\) Action:", re.MULTILINE)
+_HELD = re.compile(r"^(R[1-6])\) ", re.MULTILINE)  # a rule block or a category line
 _TASK_BLOCK = re.compile(r"^Task: .*?^User information: [^\n]*", re.MULTILINE | re.DOTALL)
 
 
@@ -243,7 +243,7 @@ class SimulatedAgentBackend(MockBackend):
     def _respond(self, messages: Messages) -> str:
         system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-        if system.startswith(GUARD_SYSTEM[:80]):
+        if system.startswith(GUARD_SYSTEM[:80]) or system == CATEGORY_SYSTEM:
             return self._guard(user)
         if "\nTools:\n" in system and "tool_use" in system:
             return self._tool_plan(system, user)
