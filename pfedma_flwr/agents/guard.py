@@ -1,9 +1,10 @@
 """GuardAgent's guard task (Mind2Web-SC) as a client poses it and reads the reply.
 
-The client shows its model the agent specification, the **safety rules it holds**
-(:mod:`pfedma_flwr.rules.guard_rules`: the rule mode decides which), the task block of the query
-(task, website, proposed action, user information; :func:`~pfedma_flwr.data.bench_agentic.
-mind2web_sc_question`) and asks for GuardAgent's decision strings. The prompt is the research
+A client shows its model the **safety rules it holds** (:mod:`pfedma_flwr.rules.guard_rules`:
+the rule mode decides which) and the task block of the query (task, website, proposed action,
+user information; :func:`~pfedma_flwr.data.bench_agentic.mind2web_sc_question`).
+GuardAgent's prompt (:func:`guard_messages`, ``guard_decision: model``) adds the agent
+specification and asks for GuardAgent's decision strings. That prompt is the research
 spec's recommendation for a small instruct guard (``/work/research/mind2web_sc.md`` §4 in the
 project's notes; docs/experiments.md): GuardAgent's rule wording (``request_seeact.py`` @
 ``95220f3``), the paper's numbering R1-R6, a two-line answer ``RULE:`` then ``ACTION
@@ -17,13 +18,15 @@ undecided. Named rules: ``R<k>`` ids and catalogue texts on ``RULE``/``violation
 GuardAgent's keyword fallback over the reply.
 
 How the decision is made (``agent.guard_decision``): ``check`` (default) is GuardAgent's own
-split: the model names the rule that covers the task (the ``RULE:`` line) and the decision is
-the execution of ``CheckRule`` on it (:func:`check_guard_reply`: deny iff a named rule the
-client holds is violated by the user information); ``model`` reads the model's own decision
-line (:func:`parse_guard_reply`). Measured on 40 Mind2Web-SC rows no preset evaluates
-(``bench/probe_guard_decision.py``, ``bench/results/guard_decision.md``, all six rules held):
-the 1.5B model's decision line denied 40 of 40 (20/40 right), the check on the rule it named
-26/40 right; with no rule held the model still denied 19 of 20 (``privacy --size small``).
+split: the model names the rule that covers the task and the decision is the execution of
+``CheckRule`` on it (:func:`check_guard_reply`: deny iff a named rule the client holds is
+violated by the user information). The model is asked only that, as a classification of the
+task by the held rules' actions (:func:`category_messages`). ``model`` poses the prompt above
+(:func:`guard_messages`) and reads the model's own decision line (:func:`parse_guard_reply`).
+Measured on 40 Mind2Web-SC rows no preset evaluates (``bench/probe_guard_decision.py``,
+``bench/results/guard_decision.md``, all six rules held): the 1.5B model's decision line denied
+40 of 40 (20/40 right), the check on the rule its ``RULE:`` line named 26/40, the check on the
+rule the category question named 34/40 (the covering rule of 12 of 20 denied rows, against 7).
 
 The structured response (:func:`guard_response`) is ``final_answer`` ``deny``/``allow`` and one
 claim per named rule, ``"R3: <rule text>"``, so the federation votes on the decision
