@@ -153,8 +153,9 @@ def category_messages(task_block: str, held: Sequence[SafetyRule],
     information (here :func:`check_guard_reply`). Asked as a classification of the task by the
     actions of the rules the client holds, the 1.5B model names the covering rule of 12 of 20
     denied probe rows; asked in :func:`guard_messages`' form, whose system prompt carries
-    GuardAgent's agent specification, 7 of 20 (3 of 20 with that system prompt and this
-    question; ``bench/results/guard_decision.md``).
+    GuardAgent's agent specification, 7 of 20 (``bench/results/guard_decision.md``). This
+    question under that system prompt named 3 of 20 (a one-off check on the same rows): the
+    specification is what lost the rule.
     """
     if not task_block.strip():
         raise ValueError("the guard's task block must not be empty")
