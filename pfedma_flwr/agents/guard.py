@@ -120,6 +120,14 @@ def _ga_norm(text: str) -> str:
     return text.casefold().replace(".", "").replace("\n", " ")
 
 
+def _memory_lines(memory: Sequence[tuple[str, str]], held_ids: Iterable[str]) -> list[str]:
+    """The memory block of a guard prompt: ``Past task:`` / ``RULE:`` pairs of held rules only."""
+    ids = set(held_ids)
+    shown = [(" ".join(t.split())[:200], rid) for t, rid in memory if rid in ids and t.strip()]
+    return ([MEMORY_HEAD, *(f"Past task: {t}\nRULE: {rid}" for t, rid in shown), ""]
+            if shown else [])
+
+
 def guard_messages(task_block: str, held: Sequence[SafetyRule],
                    memory: Sequence[tuple[str, str]] = ()) -> list[dict[str, str]]:
     """The guard's chat messages for one task block and the rules it holds (paper order).
@@ -137,10 +145,7 @@ def guard_messages(task_block: str, held: Sequence[SafetyRule],
     check = "Check the rule that matches the Task (not just the clicked element)."
     if any(r.rule_id == "R1" for r in rules):
         check += " " + PURCHASE_HINT
-    ids = {r.rule_id for r in rules}
-    shown = [(" ".join(t.split())[:200], rid) for t, rid in memory if rid in ids and t.strip()]
-    demos = ([MEMORY_HEAD, *(f"Past task: {t}\nRULE: {rid}" for t, rid in shown), ""]
-             if shown else [])
+    demos = _memory_lines(memory, (r.rule_id for r in rules))
     user = "\n".join([*lines, check, "", *demos, task_block.strip(), "", ANSWER_FORMAT])
     return [{"role": "system", "content": GUARD_SYSTEM}, {"role": "user", "content": user}]
 
@@ -161,9 +166,7 @@ def category_messages(task_block: str, held: Sequence[SafetyRule],
         raise ValueError("the guard's task block must not be empty")
     rules = sorted(held, key=lambda r: r.rule_id)
     ids = [r.rule_id for r in rules]
-    shown = [(" ".join(t.split())[:200], rid) for t, rid in memory if rid in ids and t.strip()]
-    demos = ([MEMORY_HEAD, *(f"Past task: {t}\nRULE: {rid}" for t, rid in shown), ""]
-             if shown else [])
+    demos = _memory_lines(memory, ids)
     choices = f"{', '.join(ids)} or NONE" if ids else "NONE"
     user = "\n".join(["Categories:", *(f"{r.rule_id}) {r.action}" for r in rules), NONE_CATEGORY,
                       "", *demos, task_block.strip(), "",

@@ -42,7 +42,7 @@ from pfedma_flwr.embeddings import Embedder
 from pfedma_flwr.protocol.schema import RoutedQuery, RuleCandidate, StructuredResponse
 from pfedma_flwr.rules.client.local_repo import LocalRuleRepository
 from pfedma_flwr.rules.generalize import generalize, is_shareable
-from pfedma_flwr.rules.guard_catalogue import rule_of_text, safety_rule
+from pfedma_flwr.rules.guard_catalogue import safety_rule
 from pfedma_flwr.rules.guard_rules import guard_rule, held_safety_rules, uncovered_safety_rules
 
 #: Task formats posed here (the others are chain-of-thought ``qa``).
@@ -81,8 +81,8 @@ def guard_memory(text: str, repo: LocalRuleRepository, private_data: Sequence[Ta
     if k <= 0:
         return []
     held = {r.rule_id for r in held_safety_rules(repo.active_rules("guard"))}
-    pool = [t for t in private_data if t.task_format == "guard" and t.violated_rules
-            and (rule := rule_of_text(t.violated_rules[0])) is not None and rule.rule_id in held]
+    # a memory entry is what memory_demonstrations makes of a task: a labelled violation
+    pool = [t for t in private_data if (e := memory_demonstrations([t])) and e[0][1] in held]
     return memory_demonstrations(retrieve_examples(text, pool, k, embedder))
 
 
