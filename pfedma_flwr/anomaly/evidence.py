@@ -32,12 +32,30 @@ from pfedma_flwr.rules.normalize import text_key
 _WORD = re.compile(r"\w+")
 #: references per response (the query and up to this many texts of other responses)
 MAX_REFERENCES = 32
+#: the query's own lines beside the whole query, at most this many
+MAX_QUERY_LINES = 16
 
 
 def independent_evidence(claim: str, evidence: Sequence[str]) -> tuple[str, ...]:
     """The evidence items that say something beyond the claim itself (module docstring)."""
     own = set(_WORD.findall(text_key(claim)))
     return tuple(e for e in evidence if not set(_WORD.findall(text_key(e))) <= own)
+
+
+def query_references(query: str) -> list[str]:
+    """The query as references: the whole text, then its lines when it has several.
+
+    An evidence item that quotes one line of a long query is far from the whole query's
+    embedding; with the whole text alone, a response that answered alone in its round (a
+    later round asks one client) lost the support that a partner's quotes of the same lines
+    gave it in round 1, so its anomaly score rose with nothing else changed (Mind2Web-SC:
+    ``a_evi`` 0.34 with a partner, 0.57 alone, for the same reply) and its vote lost to the
+    round-1 answer it agreed with or contradicted (docs/threat_model.md).
+    """
+    if not query.strip():
+        return []
+    lines = [ln.strip() for ln in query.splitlines() if ln.strip()]
+    return [query, *(lines[:MAX_QUERY_LINES] if len(lines) > 1 else ())]
 
 
 def _texts(r: StructuredResponse) -> list[str]:
@@ -49,20 +67,22 @@ def references(
 ) -> list[list[str]]:
     """Per parsed response (group order), its references: the query, then other responses.
 
-    ``queries[g]`` is the task text of group ``g`` (``None``: no query reference). Texts of
-    other responses of the same group come in response order, at most
-    :data:`MAX_REFERENCES` in all; the response's own texts are never among them.
+    ``queries[g]`` is the task text of group ``g`` (``None``: no query reference), with its
+    lines (:func:`query_references`). Texts of other responses of the same group come in
+    response order, at most :data:`MAX_REFERENCES` of them; the response's own texts are
+    never among them.
     """
     out: list[list[str]] = []
     for g, grp in enumerate(groups):
         for k, r in enumerate(grp):
             if r is None:
                 continue
-            refs = [queries[g]] if queries is not None and queries[g].strip() else []
+            others: list[str] = []
             for j, other in enumerate(grp):
                 if j != k and other is not None:
-                    refs.extend(_texts(other))
-            out.append(refs[:MAX_REFERENCES])
+                    others.extend(_texts(other))
+            own = query_references(queries[g]) if queries is not None else []
+            out.append([*own, *others[:MAX_REFERENCES]])
     return out
 
 
@@ -110,5 +130,5 @@ def states_answer(r: StructuredResponse, kind: str, options: Options = None) -> 
     return bool(text) and text in joined.casefold()
 
 
-__all__ = ["MAX_REFERENCES", "claim_supports", "independent_evidence", "references",
-           "states_answer"]
+__all__ = ["MAX_QUERY_LINES", "MAX_REFERENCES", "claim_supports", "independent_evidence",
+           "query_references", "references", "states_answer"]
