@@ -156,6 +156,13 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
     # test questions 100-129, never the development questions the choice was made on
     assert "data.eval_offset=100" in runs["pfedma"].overrides
     assert "data.queries_per_benchmark=30" in runs["pfedma"].overrides
+    # PFedMA with issue 33's sources of difference (the sources preset's full level), the
+    # baselines without them
+    for item in ("agent.few_shot=2", "agent.few_shot_style=cases", "data.partition=profile",
+                 "agent.reasoning=profile", "agent.option_reasoning=profile",
+                 "agent.permute_options=true", "agent.lessons=1", "routing.lone_answers=prior"):
+        assert item in runs["pfedma"].overrides, item
+        assert item not in runs["kabb"].overrides, item
     for m in METHODS[1:]:
         assert f"strategy.name={m}" in runs[m].overrides
     prog = runs["single-agent-program"]
