@@ -15,7 +15,8 @@ FORMATTED=(
   pfedma_flwr/experiments/tracking.py pfedma_flwr/server/report_markdown.py
   pfedma_flwr/experiments/tabulate.py pfedma_flwr/experiments/executor.py
   pfedma_flwr/agents/backends/llama_batch.py
-  tests/unit/test_launch.py tests/unit/test_progress.py tests/unit/test_report.py
+  tests/unit/test_launch.py tests/unit/test_launch_stops.py tests/unit/launch_fakes.py tests/unit/conftest.py
+  tests/unit/test_progress.py tests/unit/test_report.py
   tests/unit/test_report_run.py tests/unit/test_one_gpu_preset.py
   tests/unit/test_flwr_run_deps.py tests/e2e/test_llama_server.py
   pfedma_flwr/rules/private_facts.py tests/unit/test_private_facts.py
