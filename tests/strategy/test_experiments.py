@@ -163,6 +163,9 @@ def test_main_compares_pfedma_with_the_papers_baselines(tmp_path: Path):
                  "agent.permute_options=true", "agent.lessons=1", "routing.lone_answers=prior"):
         assert item in runs["pfedma"].overrides, item
         assert item not in runs["kabb"].overrides, item
+    # the centralized bound retrieves from the pooled data as the clients do from theirs
+    for item in ("agent.few_shot=2", "agent.few_shot_style=cases", "agent.few_shot_scope=query"):
+        assert item in runs["centralized"].overrides, item
     for m in METHODS[1:]:
         assert f"strategy.name={m}" in runs[m].overrides
     prog = runs["single-agent-program"]
