@@ -20,10 +20,16 @@ from pfedma_flwr.agents.parsing import parse_structured_response
 from pfedma_flwr.agents.program import REASONING_METHODS
 from pfedma_flwr.agents.reasoning import derive_response
 from pfedma_flwr.client import followups, memory
-from pfedma_flwr.client.generation import answer_seed, error_code, generate_batch, timing_delta
+from pfedma_flwr.client.generation import (
+    answer_seed,
+    error_code,
+    generate_batch_except,
+    timing_delta,
+)
 from pfedma_flwr.client.memory import FEW_SHOT_SCOPES
 from pfedma_flwr.client.posing import (
     BENCHMARK_FORMATS,
+    decided_without_model,
     evolve_guard_rules,
     guard_memory,
     read_reply,
@@ -252,10 +258,12 @@ class ClientAgent:
         prompts = [m for m, _ in posed]
         programs = {k for k, (_, program) in enumerate(posed) if program}
         t0, timed = time.perf_counter(), self.backend.timings()
-        gens = generate_batch(self.backend, ins.queries, prompts, reasoning=reasoning,
-                              max_tokens=self.max_tokens, open_max_tokens=self.open_max_tokens,
-                              temperature=self.temperature,
-                              seeds=[self._seed(q) for q in ins.queries])
+        decided = {k: r for k, q in enumerate(ins.queries)
+                   if (r := decided_without_model(q, state.rules, self.guard_decision))}
+        gens = generate_batch_except(
+            self.backend, ins.queries, prompts, decided, reasoning=reasoning,
+            max_tokens=self.max_tokens, open_max_tokens=self.open_max_tokens,
+            temperature=self.temperature, seeds=[self._seed(q) for q in ins.queries])
         texts = [g.text for g in gens]
         fallback = followups.run_programs(
             self.backend, ins.queries, programs, prompts, gens, texts,
@@ -280,8 +288,8 @@ class ClientAgent:
         return self._outgoing(state, ClientReply(
             responses=tuple(responses), candidates=tuple(candidates.values()),
             feedback=tuple(state.rules.round_feedback()),
-            backend_calls=1 + (1 if fallback else 0) + (1 if repaired else 0) + (1 if verified
-                                                                               else 0),
+            backend_calls=sum(map(bool, (len(decided) < len(prompts), fallback, repaired,
+                                         verified))),
             tokens=sum(r.tokens for r in responses), gen_seconds=gen_seconds,
             extra={**timing_delta(timed, self.backend.timings()),
                    "respond_s": round(time.perf_counter() - started, 4)},

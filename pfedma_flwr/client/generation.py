@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pfedma_flwr.agents.backends import Backend
+from pfedma_flwr.agents.backends.base import GenerationResult
 from pfedma_flwr.agents.prompting import RESPONSE_JSON_SCHEMA
 from pfedma_flwr.answers import OPEN_KINDS
 from pfedma_flwr.client.posing import BENCHMARK_FORMATS
@@ -58,6 +59,24 @@ def generate_batch(
                                    seeds=[seeds[k] for k in group])
             for k, g in zip(group, got, strict=True):
                 out[k] = g
+    return out
+
+
+def generate_batch_except(
+    backend: Backend, queries: Sequence[RoutedQuery], prompts: list[Any],
+    decided: Mapping[int, str], *, seeds: Sequence[int], **kw: Any,
+) -> list[Any]:
+    """:func:`generate_batch` for the queries not in ``decided`` (index → its fixed reply).
+
+    A decided query costs no generation: its result is the fixed text with no tokens.
+    """
+    ask = [k for k in range(len(queries)) if k not in decided]
+    got = generate_batch(backend, [queries[k] for k in ask], [prompts[k] for k in ask],
+                         seeds=[seeds[k] for k in ask], **kw) if ask else []
+    out: list[Any] = [GenerationResult(text=decided[k]) if k in decided else None
+                      for k in range(len(queries))]
+    for k, g in zip(ask, got, strict=True):
+        out[k] = g
     return out
 
 

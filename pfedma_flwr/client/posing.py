@@ -105,6 +105,22 @@ def pose(q: RoutedQuery, text: str, repo: LocalRuleRepository,
     raise ValueError(f"task_format {q.task_format!r} is not posed here ({BENCHMARK_FORMATS})")
 
 
+def decided_without_model(q: RoutedQuery, repo: LocalRuleRepository,
+                          guard_decision: str = "check") -> str | None:
+    """The reply of a query whose answer the model cannot change, else ``None``.
+
+    Under ``check`` a guard decision denies only for a held rule the user information
+    violates; a client holding no safety rule (``NR``, or none adopted yet) allows whatever
+    the model names. Its category question offered only ``NONE``, and the 1.5B model
+    answered it with a digit for 59 of 60 tasks (``guard/undecided`` 98 %): tokens spent on
+    an answer fixed in advance. ``NONE`` is read as that allow (:func:`read_reply`).
+    """
+    if (q.task_format == "guard" and guard_decision == "check"
+            and not held_safety_rules(repo.active_rules("guard"))):
+        return "NONE"
+    return None
+
+
 def read_reply(q: RoutedQuery, text: str, reply: str, repo: LocalRuleRepository, *,
                guard_decision: str = "check") -> tuple[StructuredResponse | None, str]:
     """``(response, error)`` of a benchmark-format reply; a guard decision counts on its rules.
@@ -128,4 +144,5 @@ def read_reply(q: RoutedQuery, text: str, reply: str, repo: LocalRuleRepository,
     return resp, "" if resp is not None else "no_plan: the reply holds no JSON plan and no text"
 
 
-__all__ = ["BENCHMARK_FORMATS", "evolve_guard_rules", "pose", "read_reply"]
+__all__ = ["BENCHMARK_FORMATS", "decided_without_model", "evolve_guard_rules", "pose",
+           "read_reply"]

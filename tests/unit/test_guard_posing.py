@@ -23,6 +23,7 @@ from pfedma_flwr.agents.guard import (
     CATEGORY_SYSTEM,
     GUARD_SYSTEM,
     MEMORY_HEAD,
+    UNDECIDED_CLAIM,
     category_messages,
     check_guard_reply,
     covering_rules,
@@ -198,3 +199,40 @@ def test_the_decision_setting_picks_the_prompt_a_client_poses(web):
         if decision == "check":  # R5 held (from D_i's denied row), row 2's user not domestic
             assert out.responses[0].response.final_answer == "deny"
     assert seen == [CATEGORY_SYSTEM, GUARD_SYSTEM]
+
+
+def test_a_client_holding_no_safety_rule_allows_without_asking_its_model(web):
+    # NR holds no rule: under check nothing can be denied, so no generation is spent on it (the
+    # 1.5B answered the NONE-only question with a digit: 98 % "undecided", all of them allows)
+    seen: list[str] = []
+
+    def reply(msgs):  # noqa: ANN001, ANN202
+        seen.append(msgs[-1]["content"])
+        return "R5"
+
+    guard = RoutedQuery(query_id="q1", text=web[2].question, domain="web", round=1,
+                        answer_kind="text", task_format="guard")
+    qa = RoutedQuery(query_id="q2", text="What is 2 + 3?", domain="math", round=1,
+                     answer_kind="number")
+    for mode, asked in (("NR", 1), ("full", 2)):
+        seen.clear()
+        agent = ClientAgent(profile=AgentProfile(name="g", domains=("general",), prompt="G."),
+                            backend=MockBackend(reply), private_data=[web[2]],
+                            embedder=_CategoryEmb(), recognizer=get_recognizer("regex"),
+                            rule_mode=mode)
+        out = agent.respond(RespondInstruction(server_round=1, queries=(guard, qa)),
+                            agent.new_state())
+        assert len(seen) == asked, mode  # under NR only the qa query reached the model
+        decided = out.responses[0]
+        assert decided.response.final_answer == ("allow" if mode == "NR" else "deny")
+        assert not any(c.claim.startswith(UNDECIDED_CLAIM) for c in decided.response.claims)
+        assert (decided.tokens == 0) == (mode == "NR")
+        assert out.backend_calls == 1
+    # under model the reply's decision line decides, so the model is asked even holding none
+    agent = ClientAgent(profile=AgentProfile(name="g", domains=("general",), prompt="G."),
+                        backend=MockBackend(reply), private_data=[web[2]],
+                        embedder=_CategoryEmb(), recognizer=get_recognizer("regex"),
+                        rule_mode="NR", guard_decision="model")
+    seen.clear()
+    agent.respond(RespondInstruction(server_round=1, queries=(guard,)), agent.new_state())
+    assert len(seen) == 1
