@@ -17,7 +17,7 @@ import pytest
 
 from pfedma_flwr.protocol.codec import PAYLOAD_KEY, QUERY_RESPOND
 from tests.strategy.conftest import answer_json, read_jsonl
-from tests.strategy.test_hostile_replies import _j, _reply, _resp, hostile
+from tests.strategy.hostile_nodes import dumps, hostile, reply, resp
 from tests.strategy.test_resume import _run
 
 _WORDS = ("amber basalt cobalt dune ember fjord garnet heron iris jade kelp lumen moss nectar "
@@ -35,13 +35,13 @@ def _one_per_round(cands: list[dict[str, Any]]):
 
     def make(q: list[str]) -> str:
         k = next(calls)
-        return _j(_reply([_resp(x) for x in q], candidates=cands[k : k + 1]))
+        return dumps(reply([resp(x) for x in q], candidates=cands[k : k + 1]))
 
     return hostile(make)
 
 
 def _with_candidates(cands: list[dict[str, Any]]):
-    return hostile(lambda q: _j(_reply([_resp(x) for x in q], candidates=cands)))
+    return hostile(lambda q: dumps(reply([resp(x) for x in q], candidates=cands)))
 
 
 def _sent_instructions(grid) -> list[dict[str, Any]]:
