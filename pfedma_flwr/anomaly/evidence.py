@@ -74,6 +74,7 @@ def references(
     """
     out: list[list[str]] = []
     for g, grp in enumerate(groups):
+        query = query_references(queries[g]) if queries is not None else []
         for k, r in enumerate(grp):
             if r is None:
                 continue
@@ -81,8 +82,7 @@ def references(
             for j, other in enumerate(grp):
                 if j != k and other is not None:
                     others.extend(_texts(other))
-            own = query_references(queries[g]) if queries is not None else []
-            out.append([*own, *others[:MAX_REFERENCES]])
+            out.append([*query, *others[:MAX_REFERENCES]])
     return out
 
 
