@@ -20,3 +20,20 @@ def _private_generation_cache(tmp_path_factory: pytest.TempPathFactory) -> Itera
         os.environ.pop(GENERATION_CACHE_ENV, None)
     else:
         os.environ[GENERATION_CACHE_ENV] = old
+
+
+@pytest.fixture
+def fresh_agent_caches() -> Iterator[None]:
+    """Empty the ClientApp's agent and backend caches before and after a test.
+
+    Modules that build agents from run configs take it with
+    ``pytestmark = pytest.mark.usefixtures("fresh_agent_caches")``.
+    """
+    from pfedma_flwr.agents.backends import make_backend
+    from pfedma_flwr.client import components
+
+    components.build_agent.cache_clear()
+    make_backend.cache_clear()
+    yield
+    components.build_agent.cache_clear()
+    make_backend.cache_clear()

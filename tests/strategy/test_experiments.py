@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr.agents.backends import make_backend
 from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.experiments import VariantRun, load_preset, preset_names, run_experiment
@@ -37,12 +36,7 @@ def fakegrid_executor(v: VariantRun) -> None:
     assert summary["status"] == "completed"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    client_components.build_agent.cache_clear()
-    make_backend.cache_clear()
-    yield
-    client_components.build_agent.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_agent_caches")
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr.agents.backends import make_backend
 from pfedma_flwr.client import components as client_components
 from pfedma_flwr.config import load_config
 from pfedma_flwr.experiments import VariantRun, load_preset, run_experiment
@@ -58,12 +57,7 @@ class Executor:
         assert run_server(grid, load_config(rc))["status"] == "completed"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    client_components.build_agent.cache_clear()
-    make_backend.cache_clear()
-    yield
-    client_components.build_agent.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_agent_caches")
 
 
 def test_best_single_is_chosen_on_dev_questions_and_read_by_main(tmp_path: Path):

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pfedma_flwr import cli
+from pfedma_flwr.experiments import launch
 
 OLD_SUMMARY = {"status": "completed", "accuracy": 0.5}
 
@@ -87,3 +91,24 @@ class FakeLauncher:
 
 def run_cli(*args: str) -> int:
     return cli.main(["run", "--config", "tiny", "--num-clients", "2", *args])
+
+
+class FinishedLogStream:
+    """A ``flwr log`` process that streams ``lines`` and has already exited (status 0)."""
+
+    pid = os.getpid()
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self.stdout = iter(lines)
+
+    def poll(self) -> int:
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
+def follow_finished_run(monkeypatch: Any, lines: Iterable[str]) -> None:
+    """``launch._follow`` reads ``lines`` from ``flwr log`` of a run the SuperLink calls finished."""
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: FinishedLogStream(lines))
+    monkeypatch.setattr(launch, "_status", lambda run_id, env: "finished:completed")

@@ -19,25 +19,15 @@ from pfedma_flwr.data.benchmarks import (
     load_medqa,
     resolve_data_dir,
 )
-from pfedma_flwr.data.partition import clear_partition_cache
-from pfedma_flwr.data.retrieval import clear_retrieval_cache
 from pfedma_flwr.data.split import (
     dev_pool,
     round_robin,
     sample_eval_tasks,
     split_tasks,
 )
+from tests.unit.conftest import synth_task
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
-
-
-def _task(i: int, domain: str = "math", question: str | None = None) -> Task:
-    if domain == "math":
-        return Task(task_id=f"t{i:04d}", benchmark="synth", domain="math",
-                    question=question or f"question {i}", gold=str(i), answer_kind="number")
-    return Task(task_id=f"t{i:04d}", benchmark="synth", domain="medicine",
-                question=question or f"question {i}", gold="A", answer_kind="option",
-                options={"A": "yes", "B": "no"})
 
 
 def _write_jsonl(path: Path, lines: Sequence[str], *, compress: bool = True) -> Path:
@@ -51,14 +41,7 @@ def _write_jsonl(path: Path, lines: Sequence[str], *, compress: bool = True) -> 
     return path
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv(bm.DATA_DIR_ENV, raising=False)
-    bm.clear_benchmark_cache()
-    yield
-    bm.clear_benchmark_cache()
-    clear_partition_cache()
-    clear_retrieval_cache()
+pytestmark = pytest.mark.usefixtures("fresh_data_caches")
 
 
 # ---------------------------------------------------------------- loaders on the real data
@@ -220,7 +203,7 @@ def test_resolve_data_dir_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_split_tasks_disjoint_deterministic() -> None:
-    tasks = [_task(i) for i in range(10)]
+    tasks = [synth_task(i) for i in range(10)]
     s = split_tasks(tasks, dev_pool_size=3, seed=7, benchmark="synth")
     assert (len(s.eval_stream), len(s.dev_pool)) == (7, 3)
     ids_eval, ids_dev = {t.task_id for t in s.eval_stream}, {t.task_id for t in s.dev_pool}
@@ -238,7 +221,7 @@ def test_split_tasks_disjoint_deterministic() -> None:
 
 
 def test_round_robin() -> None:
-    a, b = [_task(i) for i in range(3)], [_task(9)]
+    a, b = [synth_task(i) for i in range(3)], [synth_task(9)]
     # [a0, b0, a1, a2]: the shorter stream runs out.
     assert [t.task_id for t in round_robin([a, b])] == ["t0000", "t0009", "t0001", "t0002"]
     assert round_robin([]) == []

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pfedma_flwr.data import benchmarks as bm
 from pfedma_flwr.data.benchmarks import (
     Task,
 )
@@ -20,40 +19,25 @@ from pfedma_flwr.data.profiles import (
     knowledge_domain,
     profile_for_client,
 )
-from pfedma_flwr.data.retrieval import clear_retrieval_cache, retrieve_examples
+from pfedma_flwr.data.retrieval import retrieve_examples
 from pfedma_flwr.data.split import (
     dev_pool,
 )
 from pfedma_flwr.embeddings import HashingEmbedder
+from tests.unit.conftest import synth_task
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 
 
-def _task(i: int, domain: str = "math", question: str | None = None) -> Task:
-    if domain == "math":
-        return Task(task_id=f"t{i:04d}", benchmark="synth", domain="math",
-                    question=question or f"question {i}", gold=str(i), answer_kind="number")
-    return Task(task_id=f"t{i:04d}", benchmark="synth", domain="medicine",
-                question=question or f"question {i}", gold="A", answer_kind="option",
-                options={"A": "yes", "B": "no"})
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv(bm.DATA_DIR_ENV, raising=False)
-    bm.clear_benchmark_cache()
-    yield
-    bm.clear_benchmark_cache()
-    clear_partition_cache()
-    clear_retrieval_cache()
+pytestmark = pytest.mark.usefixtures("fresh_data_caches")
 
 
 # ---------------------------------------------------------------- partitions
 
 
 def _pool(n_math: int = 20, n_med: int = 10) -> list[Task]:
-    return [_task(i) for i in range(n_math)] + [
-        _task(1000 + i, "medicine") for i in range(n_med)
+    return [synth_task(i) for i in range(n_math)] + [
+        synth_task(1000 + i, "medicine") for i in range(n_med)
     ]
 
 
@@ -135,7 +119,7 @@ def test_partition_errors(args: tuple[int, int], kwargs: dict, match: str) -> No
 def test_partition_edge_inputs() -> None:
     assert partition_tasks([], 5, 0) == []
     with pytest.raises(ValueError, match="unique task_id"):
-        partition_tasks([_task(1), _task(1)], 2, 0)
+        partition_tasks([synth_task(1), synth_task(1)], 2, 0)
 
 
 # ---------------------------------------------------------------- retrieval
@@ -159,7 +143,7 @@ class TableEmbedder:
 
 def test_retrieval_exact_order_ties_and_cache() -> None:
     emb = TableEmbedder({"p1": [1, 0], "p2": [0.6, 0.8], "p3": [0.6, 0.8], "q": [0.8, 0.6]})
-    pool = [_task(1, question="p1"), _task(2, question="p2"), _task(3, question="p3")]
+    pool = [synth_task(1, question="p1"), synth_task(2, question="p2"), synth_task(3, question="p3")]
     # cos(q, p1) = 0.8; cos(q, p2) = cos(q, p3) = 0.48 + 0.48 = 0.96 (tie: pool order).
     assert [t.question for t in retrieve_examples("q", pool, 2, emb)] == ["p2", "p3"]
     assert [t.question for t in retrieve_examples("q", pool, 10, emb)] == ["p2", "p3", "p1"]
@@ -176,9 +160,9 @@ def test_retrieval_exact_order_ties_and_cache() -> None:
 
 def test_retrieval_hashing_embedder_nearest() -> None:
     pool = [
-        _task(1, question="The cardiologist treats atrial fibrillation with anticoagulants"),
-        _task(2, question="Tom buys 3 apples and 5 oranges at the market for 2 dollars each"),
-        _task(3, question="A contract requires consideration to be legally binding"),
+        synth_task(1, question="The cardiologist treats atrial fibrillation with anticoagulants"),
+        synth_task(2, question="Tom buys 3 apples and 5 oranges at the market for 2 dollars each"),
+        synth_task(3, question="A contract requires consideration to be legally binding"),
     ]
     got = retrieve_examples("How many apples and oranges did Tom buy at the market",
                             pool, 1, HashingEmbedder())

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from pfedma_flwr.experiments import launch, processes
-from tests.unit.launch_fakes import run_cli
+from tests.unit.launch_fakes import follow_finished_run, run_cli
 
 # ----------------------------------------------------------------------------- stops
 
@@ -106,25 +106,12 @@ def test_run_log_is_written_line_by_line_while_the_run_goes(monkeypatch, tmp_pat
     log = tmp_path / "run.log"
     seen: list[str] = []
 
-    class _Proc:
-        pid = os.getpid()
+    def lines():
+        yield "\x1b[92mINFO\x1b[0m first\n"
+        seen.append(log.read_text())  # read while the stream is still open
+        yield "second\n"
 
-        def __init__(self):
-            self.stdout = self._lines()
-
-        def _lines(self):
-            yield "\x1b[92mINFO\x1b[0m first\n"
-            seen.append(log.read_text())  # read while the stream is still open
-            yield "second\n"
-
-        def poll(self):
-            return 0
-
-        def wait(self, timeout=None):
-            return 0
-
-    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: _Proc())
-    monkeypatch.setattr(launch, "_status", lambda run_id, env: "finished:completed")
+    follow_finished_run(monkeypatch, lines())
     assert launch._follow(1, {}, log, timeout=5, echo=False) == "finished:completed"
     assert seen == ["INFO first\n"] and log.read_text() == "INFO first\nsecond\n"
 

@@ -15,8 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr.agents.backends import make_backend
-from pfedma_flwr.client import components as client_components
 from pfedma_flwr.client.node_security import (
     NodePolicy,
     check_config_name,
@@ -29,14 +27,7 @@ from pfedma_flwr.config import (
 from pfedma_flwr.protocol.codec import QUERY_DESCRIBE
 from pfedma_flwr.testing import FakeGrid
 
-
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    client_components.build_agent.cache_clear()
-    make_backend.cache_clear()
-    yield
-    client_components.build_agent.cache_clear()
-    make_backend.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_agent_caches")
 
 
 def deployed(tmp_path: Path, pid: int = 0, **policy: object) -> dict[str, object]:

@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_apps.agent_app import app as client_app
-from pfedma_flwr.agents.backends import make_backend
 from pfedma_flwr.client import components as client_components
 from pfedma_flwr.client.node_security import (
     RULE_MODE_RANK,
@@ -39,13 +38,7 @@ from pfedma_flwr.testing import FakeGrid
 PROBE = "pfedma_probe_plugin"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    client_components.build_agent.cache_clear()
-    make_backend.cache_clear()
-    yield
-    client_components.build_agent.cache_clear()
-    make_backend.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_agent_caches")
 
 
 @pytest.fixture

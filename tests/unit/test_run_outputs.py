@@ -31,6 +31,7 @@ from pfedma_flwr.server.totals import (
     run_status,
     with_answer_failures,
 )
+from tests.unit.launch_fakes import follow_finished_run
 
 OK = StructuredResponse(final_answer="7")
 
@@ -304,17 +305,7 @@ def test_summary_problem(tmp_path: Path, text, problem):
 
 
 def test_run_log_is_owner_only(tmp_path: Path, monkeypatch):
-    class _Proc:
-        stdout = iter(["line 1\n"])
-
-        def poll(self):
-            return 0
-
-        def wait(self, timeout=None):
-            return 0
-
-    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: _Proc())
-    monkeypatch.setattr(launch, "_status", lambda run_id, env: "finished:completed")
+    follow_finished_run(monkeypatch, ["line 1\n"])
     log = tmp_path / "run.log"
     log.write_text("old")
     os.chmod(log, 0o644)
