@@ -12,7 +12,9 @@ sorts every question the run got wrong by the first mechanism that lost it:
 
 It also reports each client's accuracy over its own answers (round 1 only: independent
 attempts) and the share of queries the federation stopped after one round on a wrong
-agreement. Nothing here uses ground truth during a run; gold is read from the run's records
+agreement. On multiple choice each score comes with the exact one-sided binomial p-value
+against guessing (one option at random): a vote among members that do not beat guessing
+cannot beat it either, whatever the orchestration does. Nothing here uses ground truth during a run; gold is read from the run's records
 and the benchmark files only to score what the run did.
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 from pfedma_flwr.answers import is_correct
 from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.experiments.analysis import RunData, load_run
+from pfedma_flwr.experiments.stats import above_chance
 
 LOSSES = ("never_produced", "filtered", "outvoted")
 
@@ -42,6 +45,8 @@ class QueryTrace:
     correct: bool
     stop_reason: str
     rounds: int
+    #: the guessing rate, 1 / number of options (``None`` for open answers)
+    chance: float | None = None
     # (round, client, answer, retained, correct)
     answers: list[tuple[int, str, str, bool, bool]] = field(default_factory=list)
 
@@ -93,6 +98,7 @@ def traces(run: RunData) -> dict[str, QueryTrace]:
             task = tasks.get(tr.query_id) if tr is not None else None
             if tr is None or task is None:
                 continue
+            tr.chance = 1.0 / len(task.options) if len(task.options) > 1 else None
             anomaly = q.get("anomaly", {})
             for client, view in sorted(q.get("responses", {}).items()):
                 if not isinstance(view, Mapping) or not str(view.get("answer", "")).strip():
@@ -117,13 +123,36 @@ def client_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, dict[str, tuple[i
     return {c: {b: (v[0], v[1]) for b, v in sorted(per.items())} for c, per in sorted(acc.items())}
 
 
+def chance_rates(tr: Mapping[str, QueryTrace]) -> dict[str, float]:
+    """Benchmark → mean guessing rate, for benchmarks whose every scored query has options."""
+    rates: dict[str, list[float | None]] = defaultdict(list)
+    for t in tr.values():
+        if t.answers:
+            rates[t.benchmark].append(t.chance)
+    return {b: sum(v) / len(v) for b, v in sorted(rates.items())
+            if v and all(x is not None for x in v)}  # type: ignore[misc]
+
+
+def benchmark_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, tuple[int, int]]:
+    """Benchmark → (correct, scored) of the run's final answers."""
+    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for t in tr.values():
+        acc[t.benchmark][0] += t.correct
+        acc[t.benchmark][1] += 1
+    return {b: (v[0], v[1]) for b, v in sorted(acc.items())}
+
+
 def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]:
     """The loss of every wrong query of ``run_dir``, and against ``reference_dir`` if given."""
     run = load_run(run_dir)
     tr = traces(run)
-    ref = {str(r["query_id"]): bool(r["correct"])
-           for r in load_run(reference_dir).queries if r.get("correct") is not None} \
-        if reference_dir is not None else {}
+    ref_rows = [r for r in load_run(reference_dir).queries if r.get("correct") is not None] \
+        if reference_dir is not None else []
+    ref = {str(r["query_id"]): bool(r["correct"]) for r in ref_rows}
+    ref_acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in ref_rows:
+        ref_acc[str(r.get("benchmark", ""))][0] += bool(r["correct"])
+        ref_acc[str(r.get("benchmark", ""))][1] += 1
     losses: dict[str, Counter[str]] = defaultdict(Counter)
     lost_vs_ref: list[dict[str, Any]] = []
     won_vs_ref: list[dict[str, Any]] = []
@@ -150,6 +179,9 @@ def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]
             "wrong_after_one_agreeing_round": wrong_stop,
             "switched": {"right_to_wrong": switched[0], "wrong_to_right": switched[1]},
             "clients": client_accuracy(tr),
+            "chance": chance_rates(tr),
+            "accuracy": benchmark_accuracy(tr),
+            "reference_accuracy": {b: (v[0], v[1]) for b, v in sorted(ref_acc.items())},
             "profiles": {c: str(d.get("description", ""))[:60]
                          for c, d in run.summary.get("clients", {}).items()
                          if isinstance(d, Mapping)},
@@ -182,9 +214,20 @@ def to_markdown(d: Mapping[str, Any]) -> str:
               f"{d['switched']['wrong_to_right']} times.", "",
               "| client | profile | " + " | ".join(_benches(d)) + " |",
               "|---|---|" + "---|" * len(_benches(d))]
+    chance = d.get("chance", {})
     for c, per in d["clients"].items():
-        cells = [f"{per[b][0]}/{per[b][1]}" if b in per else "-" for b in _benches(d)]
+        cells = [_score(per[b], chance.get(b)) if b in per else "-" for b in _benches(d)]
         lines.append(f"| {c} | {d['profiles'].get(c, '')} | " + " | ".join(cells) + " |")
+    if chance:
+        run = [f"{b} {_score(d['accuracy'][b], r)}" for b, r in chance.items()
+               if b in d.get("accuracy", {})]
+        lines += ["", "Guessing (one option at random) scores "
+                  + ", ".join(f"{100 * r:.0f} % on {b}" for b, r in chance.items())
+                  + "; p: the exact one-sided binomial test of a score against it. The run's "
+                  "final answers: " + ", ".join(run)
+                  + "".join(f"; the reference's: {b} {_score(d['reference_accuracy'][b], r)}"
+                            for b, r in chance.items() if b in d.get("reference_accuracy", {}))
+                  + "."]
     for key, title in (("lost_vs_reference", "Lost (reference right, run wrong)"),
                        ("won_vs_reference", "Won (run right, reference wrong)")):
         if d.get(key):
@@ -192,6 +235,12 @@ def to_markdown(d: Mapping[str, Any]) -> str:
             lines += [f"- `{r['query_id']}` {r['loss'] or ''} (stop {r['stop_reason']}, "
                       f"{r['rounds']} rounds): " + "; ".join(r["answers"]) for r in d[key]]
     return "\n".join(lines) + "\n"
+
+
+def _score(kn: Sequence[int], chance: float | None) -> str:
+    """``k/n``, with the p-value against guessing where the benchmark has options."""
+    k, n = int(kn[0]), int(kn[1])
+    return f"{k}/{n}" if chance is None or n == 0 else f"{k}/{n} (p {above_chance(k, n, chance):.2g})"
 
 
 def _benches(d: Mapping[str, Any]) -> list[str]:

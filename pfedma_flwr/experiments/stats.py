@@ -8,6 +8,8 @@ Pure functions over 0/1 vectors (numpy; ``scipy.stats.binomtest`` when installed
   resamples, one vectorized draw);
 - :func:`mcnemar_exact`: the exact two-sided McNemar p-value, the binomial test of the
   discordant pairs ``b`` (only the first method right) against ``c`` (only the second);
+- :func:`above_chance`: the exact one-sided binomial p-value of ``k / n`` against a guessing
+  rate (a multiple-choice member that never beats guessing cannot lift a vote);
 - :func:`mean_sd`: mean and sample standard deviation over seeds.
 
 Forty questions separate little: with 4 discordant pairs all favouring one method, the exact
@@ -129,6 +131,23 @@ def mcnemar_exact(b: int, c: int) -> float:
         tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2.0**n
         return min(1.0, 2.0 * tail)
     return float(binomtest(b, n, 0.5, alternative="two-sided").pvalue)
+
+
+def above_chance(k: int, n: int, chance: float) -> float:
+    """Exact one-sided binomial p-value ``P(X ≥ k)`` for ``X ~ Bin(n, chance)``.
+
+    The probability of scoring at least ``k`` of ``n`` by guessing at rate ``chance`` (¼ for
+    four options): 10 of 30 at ¼ gives 0.197, 14 of 30 gives 0.0082. 1 for ``n = 0``.
+    """
+    if n < 0 or not 0 <= k <= max(n, 0) or int(k) != k or int(n) != n:
+        raise ValueError(f"need integers 0 <= k <= n, got k={k}, n={n}")
+    if not 0.0 < chance < 1.0:
+        raise ValueError(f"chance must be in (0, 1), got {chance}")
+    k, n = int(k), int(n)
+    if n == 0 or k == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) * chance**i * (1.0 - chance) ** (n - i) for i in range(k, n + 1))
+    return min(1.0, float(tail))
 
 
 def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,

@@ -56,3 +56,34 @@ def test_each_wrong_query_gets_the_first_mechanism_that_lost_it(tmp_path, capsys
     assert "| gsm8k | 1 | 1 | 1 |" in md and f"`{b}` never_produced" in md
     assert main([str(run), "--reference", str(tmp_path / "nothing")]) == 2
     assert "holds no run" in capsys.readouterr().err
+
+
+def test_multiple_choice_scores_are_tested_against_guessing(tmp_path):
+    tasks = load_benchmark("medqa")[:3]
+    gold = {t.task_id: t.gold for t in tasks}
+    other = {q: "A" if g != "A" else "B" for q, g in gold.items()}
+    a, b, c = list(gold)
+    run, ref = tmp_path / "fed", tmp_path / "single"
+    # c0 right on all three, c1 on none; the run right on two, the reference on one
+    _write_run(run, {a: (gold[a], True, 1), b: (gold[b], True, 1), c: (other[c], False, 1)}, [
+        {q: {"c0": (gold[q], True), "c1": (other[q], True)} for q in gold}])
+    _write_run(ref, {a: (gold[a], True, 1), b: (other[b], False, 1), c: (other[c], False, 1)},
+               [])
+    d = diagnose(run, ref)
+    assert d["chance"] == {"medqa": 0.25}  # four options each
+    assert d["accuracy"] == {"medqa": (2, 3)} and d["reference_accuracy"] == {"medqa": (1, 3)}
+    md = to_markdown(d)
+    # P(X >= 3) = 1/64 = 0.0156, P(X >= 0) = 1; P(X >= 2) = 10/64, P(X >= 1) = 37/64
+    assert "| c0 | math | 3/3 (p 0.016) |" in md and "| c1 | doctor | 0/3 (p 1) |" in md
+    assert "25 % on medqa" in md
+    assert "final answers: medqa 2/3 (p 0.16); the reference's: medqa 1/3 (p 0.58)." in md
+
+
+def test_open_answers_get_no_guessing_rate(tmp_path):
+    gold = {t.task_id: t.gold for t in load_benchmark("gsm8k")[:2]}
+    run = tmp_path / "fed"
+    _write_run(run, {q: (g, True, 1) for q, g in gold.items()},
+               [{q: {"c0": (g, True)} for q, g in gold.items()}])
+    d = diagnose(run)
+    assert d["chance"] == {} and "Guessing" not in to_markdown(d)
+    assert "| c0 | math | 2/2 |" in to_markdown(d)

@@ -143,3 +143,16 @@ def test_attacked_rows_get_an_asr_interval_and_the_paired_test_against_the_refer
     assert row["ASR [95% CI]"] == f"37.50 [{100 * lo:.2f}, {100 * hi:.2f}]"
     assert row["dASR [95% CI]"].startswith("+25.0 [") and row["p_ASR"] == "0.5"
     assert dict(zip(head, cells[0], strict=True))["ASR [95% CI]"] == "n/a"
+
+
+def test_above_chance_by_hand():
+    # P(X >= 2), X ~ Bin(3, 1/4): 3 * (1/4)^2 * (3/4) + (1/4)^3 = 9/64 + 1/64
+    assert stats.above_chance(2, 3, 0.25) == pytest.approx(10 / 64)
+    assert stats.above_chance(3, 3, 0.25) == pytest.approx(1 / 64)
+    assert stats.above_chance(0, 5, 0.25) == 1.0 and stats.above_chance(0, 0, 0.25) == 1.0
+    # the numbers of the docstring: 10 of 30 and 14 of 30 at a quarter
+    assert stats.above_chance(10, 30, 0.25) == pytest.approx(0.19659, abs=1e-5)
+    assert stats.above_chance(14, 30, 0.25) == pytest.approx(0.00818, abs=1e-5)
+    for bad in [(4, 3, 0.25), (-1, 3, 0.25), (1, 3, 0.0), (1, 3, 1.0), (1.5, 3, 0.25)]:
+        with pytest.raises(ValueError):
+            stats.above_chance(*bad)
