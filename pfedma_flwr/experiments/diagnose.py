@@ -13,9 +13,9 @@ sorts every question the run got wrong by the first mechanism that lost it:
 It also reports each client's accuracy over its own answers (round 1 only: independent
 attempts) and the share of queries the federation stopped after one round on a wrong
 agreement. On multiple choice each score comes with the exact one-sided binomial p-value
-against guessing (one option at random): a vote among members that do not beat guessing
-cannot beat it either, whatever the orchestration does. Nothing here uses ground truth during a run; gold is read from the run's records
-and the benchmark files only to score what the run did.
+against guessing (one option at random): a vote among members that guess is itself a guess,
+whatever the orchestration does. Nothing here uses ground truth during a run; gold is read
+from the run's records and the benchmark files only to score what the run did.
 """
 
 from __future__ import annotations
@@ -240,7 +240,9 @@ def to_markdown(d: Mapping[str, Any]) -> str:
 def _score(kn: Sequence[int], chance: float | None) -> str:
     """``k/n``, with the p-value against guessing where the benchmark has options."""
     k, n = int(kn[0]), int(kn[1])
-    return f"{k}/{n}" if chance is None or n == 0 else f"{k}/{n} (p {above_chance(k, n, chance):.2g})"
+    if chance is None or n == 0:
+        return f"{k}/{n}"
+    return f"{k}/{n} (p {above_chance(k, n, chance):.2g})"
 
 
 def _benches(d: Mapping[str, Any]) -> list[str]:
