@@ -125,12 +125,14 @@ def client_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, dict[str, tuple[i
 
 def chance_rates(tr: Mapping[str, QueryTrace]) -> dict[str, float]:
     """Benchmark → mean guessing rate, for benchmarks whose every scored query has options."""
-    rates: dict[str, list[float | None]] = defaultdict(list)
+    rates: dict[str, list[float]] = defaultdict(list)
+    open_kinds: set[str] = set()
     for t in tr.values():
-        if t.answers:
+        if t.answers and t.chance is None:
+            open_kinds.add(t.benchmark)
+        elif t.answers and t.chance is not None:
             rates[t.benchmark].append(t.chance)
-    return {b: sum(v) / len(v) for b, v in sorted(rates.items())
-            if v and all(x is not None for x in v)}  # type: ignore[misc]
+    return {b: sum(v) / len(v) for b, v in sorted(rates.items()) if b not in open_kinds}
 
 
 def benchmark_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, tuple[int, int]]:
