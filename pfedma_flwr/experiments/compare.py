@@ -14,6 +14,10 @@ the seeds that answered the question). From it, per row and per benchmark:
 Overall values become row metrics (table columns); the per-benchmark ones are the long table
 ``comparison.csv`` and the second table of ``results.md``.
 
+On a multiple-choice benchmark a group also gets ``p_guess``: the exact one-sided binomial
+p-value of its score against guessing (:func:`guessing_rates`, :func:`stats.above_chance`), so a
+table shows where every method is indistinguishable from picking an option at random.
+
 Attacked rows get the same for their attack success rate (:func:`add_rate_comparisons`):
 ``ASR_lo`` / ``ASR_hi`` and, against the reference level at the same attack, ``dASR`` with its
 paired interval and ``p_ASR``.
@@ -61,6 +65,37 @@ def correctness(runs: Sequence[RunData]) -> Correct:
                         if q.get("query_id") and q.get("correct") is not None} for run in runs])
 
 
+def guessing_rates(runs: Sequence[RunData]) -> dict[str, float]:
+    """Benchmark → the mean guessing rate (1 / number of options) of its scored questions.
+
+    Only benchmarks whose every scored question has options (multiple choice); the questions
+    are read from each run's own benchmark files (``data.data_dir``).
+    """
+    from pfedma_flwr.data.benchmarks import load_benchmark
+
+    rates: dict[str, list[float]] = {}
+    open_benches: set[str] = set()
+    for run in runs:
+        wanted: dict[str, set[str]] = {}
+        for q in run.queries:
+            if q.get("query_id") and q.get("correct") is not None:
+                wanted.setdefault(str(q.get("benchmark", "")), set()).add(str(q["query_id"]))
+        for bench, qids in wanted.items():
+            if bench in rates or bench in open_benches:
+                continue
+            try:
+                tasks = load_benchmark(bench, run.cfg.data.data_dir or None)
+            except (ValueError, OSError):  # a benchmark these files no longer hold: no rate
+                open_benches.add(bench)
+                continue
+            opts = [len(t.options) for t in tasks if t.task_id in qids]
+            if opts and all(n > 1 for n in opts):
+                rates[bench] = [1.0 / n for n in opts]
+            else:
+                open_benches.add(bench)
+    return {b: sum(v) / len(v) for b, v in sorted(rates.items())}
+
+
 def _groups(c: Correct) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {ALL: sorted(c)}
     for qid in sorted(c):
@@ -78,14 +113,22 @@ def accuracy_interval(values: Sequence[float], seeds: int) -> tuple[float, float
     return lo, hi
 
 
-def row_stats(c: Correct, seeds: int) -> dict[str, dict[str, float]]:
-    """Per group (``all`` and each benchmark): n, solved, ACC and its interval."""
+def row_stats(c: Correct, seeds: int,
+              guessing: Mapping[str, float] | None = None) -> dict[str, dict[str, float]]:
+    """Per group (``all`` and each benchmark): n, solved, ACC and its interval.
+
+    A benchmark in ``guessing`` also gets ``p_guess`` (on the solved count rounded, for seed
+    means).
+    """
     out = {}
     for g, qids in _groups(c).items():
         v = [c[q][1] for q in qids]
         lo, hi = accuracy_interval(v, seeds)
         out[g] = {"n": float(len(v)), "solved": float(sum(v)),
                   "ACC": sum(v) / len(v) if v else math.nan, "ACC_lo": lo, "ACC_hi": hi}
+        if guessing and g in guessing and v:
+            out[g]["p_guess"] = stats.above_chance(min(len(v), int(round(sum(v)))), len(v),
+                                                   guessing[g])
     return out
 
 
@@ -123,17 +166,19 @@ def _reference_rows(rows: Sequence[dict[str, Any]], reference: Mapping[str, str]
 
 
 def add_comparisons(rows: list[dict[str, Any]], correct: Mapping[str, Correct],
-                    reference: Mapping[str, str], seeds: Mapping[str, int]) -> list[dict[str, Any]]:
+                    reference: Mapping[str, str], seeds: Mapping[str, int],
+                    guessing: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """Add the interval and paired-test metrics to ``rows``; return the long comparison table.
 
     ``correct`` and ``seeds`` are keyed by row variant. Long rows: ``variant``, the labels,
     ``benchmark`` (``all`` first), then the statistics of :func:`row_stats` and, against the
     reference, :func:`paired_stats` (NaN for the reference row itself or without one).
+    ``guessing``: :func:`guessing_rates` of the runs (``p_guess`` per multiple-choice benchmark).
     """
     refs = _reference_rows(rows, reference)
     long: list[dict[str, Any]] = []
     for r in rows:
-        own = row_stats(correct[r["variant"]], seeds.get(r["variant"], 1))
+        own = row_stats(correct[r["variant"]], seeds.get(r["variant"], 1), guessing)
         ref_row = refs[r["variant"]]
         paired = {} if ref_row is None or ref_row is r else paired_stats(
             correct[r["variant"]], correct[ref_row["variant"]])

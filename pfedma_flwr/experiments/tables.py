@@ -27,7 +27,7 @@ from pfedma_flwr.experiments.presets import ExperimentPreset
 RAW_METRICS = frozenset({"rounds", "tokens", "calls", "global_rules", "query_rules", "NRP",
                          "tokens_per_solved", "orchestrator_tokens", "cost",
                          "cost_per_solved", "n", "solved", "n_paired", "b", "c", "p_mcnemar",
-                         "helpfulness", "out_chars", "p_ASR"})
+                         "p_guess", "helpfulness", "out_chars", "p_ASR"})
 #: Rates that may be negative (differences to the reference level).
 SIGNED_METRICS = frozenset({"dACC", "dACC_lo", "dACC_hi", "dASR", "dASR_lo", "dASR_hi"})
 #: Columns added after a metric / at the end when a row has them (compare.py).
@@ -165,8 +165,8 @@ def markdown_cells(header: Sequence[str], body: Sequence[Sequence[Any]]
 
 
 #: Columns of ``comparison.csv`` after the labels (rates as fractions, like experiment.json).
-COMPARISON_COLUMNS = ("benchmark", "n", "solved", "ACC", "ACC_lo", "ACC_hi", "n_paired",
-                      "dACC", "dACC_lo", "dACC_hi", "b", "c", "p_mcnemar")
+COMPARISON_COLUMNS = ("benchmark", "n", "solved", "ACC", "ACC_lo", "ACC_hi", "p_guess",
+                      "n_paired", "dACC", "dACC_lo", "dACC_hi", "b", "c", "p_mcnemar")
 
 
 def write_comparison(preset: ExperimentPreset, long: Sequence[dict[str, Any]], out_dir: Path,
@@ -181,7 +181,7 @@ def write_comparison(preset: ExperimentPreset, long: Sequence[dict[str, Any]], o
             w.writerow([r.get(a, r["variant"]) for a in labels]
                        + [_csv(r.get(c)) if c != "benchmark" else r[c]
                           for c in COMPARISON_COLUMNS])
-    head = [*labels, "benchmark", "solved/n", "ACC [95% CI]",
+    head = [*labels, "benchmark", "solved/n", "ACC [95% CI]", "p_guess",
             f"dACC vs {reference or 'reference'} [95% CI]", "b:c", "p_mcnemar"]
     lines = ["", "## Per benchmark, paired on the same questions", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -195,9 +195,13 @@ def write_comparison(preset: ExperimentPreset, long: Sequence[dict[str, Any]], o
             f"{_fmt(pct('dACC_hi'), True)}]")
         bc = "n/a" if r.get("b") is None else f"{r['b']:g}:{r['c']:g}"
         p = "n/a" if r.get("p_mcnemar") is None else f"{r['p_mcnemar']:.3g}"
+        g = "n/a" if r.get("p_guess") is None else f"{r['p_guess']:.2g}"
         lines.append("| " + " | ".join([*(str(r.get(a, r["variant"])) for a in labels),
                                          r["benchmark"], f"{r['solved']:g}/{r['n']:g}", acc,
-                                         d, bc, p]) + " |")
+                                         g, d, bc, p]) + " |")
+    if any(r.get("p_guess") is not None for r in long):
+        lines += ["", "p_guess: on a multiple-choice benchmark, the exact one-sided binomial "
+                  "p-value of the score against picking one option at random."]
     md = out_dir / "results.md"
     with open(md, "a", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")

@@ -24,6 +24,7 @@ from pfedma_flwr.experiments.compare import (
     add_comparisons,
     add_rate_comparisons,
     correctness,
+    guessing_rates,
     seed_means,
 )
 from pfedma_flwr.experiments.plots import make_plots
@@ -71,7 +72,9 @@ def tabulate(
     # as the ASR metric itself)
     for variant, won in add_clean_twin_metrics(rows, runs, undefended=preset.undefended).items():
         attacked[variant] = {qid: (b, 1.0 if ok else 0.0) for qid, (b, ok) in won.items()}
-    comparison = add_comparisons(rows, correct, preset.reference, n_seeds)
+    comparison = add_comparisons(
+        rows, correct, preset.reference, n_seeds, guessing_rates(list(runs.values()))
+    )
     add_rate_comparisons(rows, attacked, preset.reference, n_seeds, "ASR")
     files = _write_files(preset, rows, comparison, runs, output_dir) if rows else []
     result = {

@@ -9,10 +9,13 @@ import sys
 import numpy as np
 import pytest
 
+from pfedma_flwr.config import PFedMAConfig
+from pfedma_flwr.data.benchmarks import load_benchmark
 from pfedma_flwr.experiments import stats
-from pfedma_flwr.experiments.compare import add_comparisons, add_rate_comparisons
+from pfedma_flwr.experiments.analysis import RunData
+from pfedma_flwr.experiments.compare import add_comparisons, add_rate_comparisons, guessing_rates
 from pfedma_flwr.experiments.presets import load_preset
-from pfedma_flwr.experiments.tables import markdown_cells, table
+from pfedma_flwr.experiments.tables import markdown_cells, table, write_comparison
 
 
 @pytest.mark.parametrize(("b", "c", "p"), [
@@ -156,3 +159,31 @@ def test_above_chance_by_hand():
     for bad in [(4, 3, 0.25), (-1, 3, 0.25), (1, 3, 0.0), (1, 3, 1.0), (1.5, 3, 0.25)]:
         with pytest.raises(ValueError):
             stats.above_chance(*bad)
+
+
+def test_multiple_choice_groups_get_their_p_value_against_guessing(tmp_path):
+    # medqa: 3 of 4 right at a guessing rate of 1/4: P(X >= 3) = 4 * (1/4)^3 * (3/4) + (1/4)^4
+    pf = {f"q{i}": ("gsm8k" if i < 3 else "medqa", 1.0) for i in range(1, 3)}
+    pf.update({f"m{i}": ("medqa", float(i < 3)) for i in range(4)})
+    rows = [{"variant": "method=pfedma", "labels": {"method": "pfedma"}, "metrics": {}}]
+    long = add_comparisons(rows, {"method=pfedma": pf}, {"method": "pfedma"}, {},
+                           {"medqa": 0.25})
+    per = {r["benchmark"]: r for r in long}
+    assert per["medqa"]["p_guess"] == pytest.approx(13 / 256)
+    assert "p_guess" not in per["gsm8k"] and "p_guess" not in per["all"]
+    write_comparison(load_preset("main"), long, tmp_path, "method=pfedma")
+    md = (tmp_path / "results.md").read_text()
+    assert "| pfedma | medqa | 3/4 | 75.00 [30.06, 95.44] | 0.051 |" in md
+    assert "| pfedma | gsm8k | 2/2 |" in md and "against picking one option at random" in md
+    csv_text = (tmp_path / "comparison.csv").read_text()
+    assert "p_guess" in csv_text.splitlines()[0]
+
+
+def test_guessing_rates_come_from_the_benchmark_files_of_the_scored_questions(tmp_path):
+    med = [t.task_id for t in load_benchmark("medqa")[:3]]
+    gsm = [t.task_id for t in load_benchmark("gsm8k")[:2]]
+    queries = ([{"query_id": q, "benchmark": "medqa", "correct": True} for q in med]
+               + [{"query_id": q, "benchmark": "gsm8k", "correct": False} for q in gsm]
+               + [{"query_id": "x", "benchmark": "alpacaeval", "correct": None}])
+    run = RunData(out_dir=tmp_path, cfg=PFedMAConfig(), summary={}, queries=queries)
+    assert guessing_rates([run]) == {"medqa": 0.25}  # 4 options each; GSM8K is open
