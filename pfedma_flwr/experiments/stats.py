@@ -9,7 +9,7 @@ Pure functions over 0/1 vectors (numpy; ``scipy.stats.binomtest`` when installed
 - :func:`mcnemar_exact`: the exact two-sided McNemar p-value, the binomial test of the
   discordant pairs ``b`` (only the first method right) against ``c`` (only the second);
 - :func:`above_chance`: the exact one-sided binomial p-value of ``k / n`` against a guessing
-  rate (a multiple-choice member that never beats guessing cannot lift a vote);
+  rate (a vote among multiple-choice members that guess is itself a guess);
 - :func:`mean_sd`: mean and sample standard deviation over seeds.
 
 Forty questions separate little: with 4 discordant pairs all favouring one method, the exact
