@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 from pfedma_flwr.answers import is_correct
 from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.experiments.analysis import RunData, load_run
+from pfedma_flwr.experiments.compare import guessing_rates
 from pfedma_flwr.experiments.stats import above_chance
 
 LOSSES = ("never_produced", "filtered", "outvoted")
@@ -45,8 +46,6 @@ class QueryTrace:
     correct: bool
     stop_reason: str
     rounds: int
-    #: the guessing rate, 1 / number of options (``None`` for open answers)
-    chance: float | None = None
     # (round, client, answer, retained, correct)
     answers: list[tuple[int, str, str, bool, bool]] = field(default_factory=list)
 
@@ -98,7 +97,6 @@ def traces(run: RunData) -> dict[str, QueryTrace]:
             task = tasks.get(tr.query_id) if tr is not None else None
             if tr is None or task is None:
                 continue
-            tr.chance = 1.0 / len(task.options) if len(task.options) > 1 else None
             anomaly = q.get("anomaly", {})
             for client, view in sorted(q.get("responses", {}).items()):
                 if not isinstance(view, Mapping) or not str(view.get("answer", "")).strip():
@@ -123,24 +121,12 @@ def client_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, dict[str, tuple[i
     return {c: {b: (v[0], v[1]) for b, v in sorted(per.items())} for c, per in sorted(acc.items())}
 
 
-def chance_rates(tr: Mapping[str, QueryTrace]) -> dict[str, float]:
-    """Benchmark → mean guessing rate, for benchmarks whose every scored query has options."""
-    rates: dict[str, list[float]] = defaultdict(list)
-    open_kinds: set[str] = set()
-    for t in tr.values():
-        if t.answers and t.chance is None:
-            open_kinds.add(t.benchmark)
-        elif t.answers and t.chance is not None:
-            rates[t.benchmark].append(t.chance)
-    return {b: sum(v) / len(v) for b, v in sorted(rates.items()) if b not in open_kinds}
-
-
-def benchmark_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, tuple[int, int]]:
-    """Benchmark → (correct, scored) of the run's final answers."""
+def benchmark_accuracy(outcomes: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
+    """Benchmark → (correct, scored) over ``(benchmark, correct)`` final answers."""
     acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for t in tr.values():
-        acc[t.benchmark][0] += t.correct
-        acc[t.benchmark][1] += 1
+    for bench, ok in outcomes:
+        acc[bench][0] += ok
+        acc[bench][1] += 1
     return {b: (v[0], v[1]) for b, v in sorted(acc.items())}
 
 
@@ -151,10 +137,6 @@ def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]
     ref_rows = [r for r in load_run(reference_dir).queries if r.get("correct") is not None] \
         if reference_dir is not None else []
     ref = {str(r["query_id"]): bool(r["correct"]) for r in ref_rows}
-    ref_acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for r in ref_rows:
-        ref_acc[str(r.get("benchmark", ""))][0] += bool(r["correct"])
-        ref_acc[str(r.get("benchmark", ""))][1] += 1
     losses: dict[str, Counter[str]] = defaultdict(Counter)
     lost_vs_ref: list[dict[str, Any]] = []
     won_vs_ref: list[dict[str, Any]] = []
@@ -181,9 +163,10 @@ def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]
             "wrong_after_one_agreeing_round": wrong_stop,
             "switched": {"right_to_wrong": switched[0], "wrong_to_right": switched[1]},
             "clients": client_accuracy(tr),
-            "chance": chance_rates(tr),
-            "accuracy": benchmark_accuracy(tr),
-            "reference_accuracy": {b: (v[0], v[1]) for b, v in sorted(ref_acc.items())},
+            "chance": guessing_rates([run]),
+            "accuracy": benchmark_accuracy((t.benchmark, t.correct) for t in tr.values()),
+            "reference_accuracy": benchmark_accuracy(
+                (str(r.get("benchmark", "")), bool(r["correct"])) for r in ref_rows),
             "profiles": {c: str(d.get("description", ""))[:60]
                          for c, d in run.summary.get("clients", {}).items()
                          if isinstance(d, Mapping)},
