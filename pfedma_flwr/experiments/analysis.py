@@ -49,6 +49,7 @@ from pfedma_flwr.experiments import agent_benchmarks as bench
 from pfedma_flwr.experiments import attacks as atk
 from pfedma_flwr.experiments import judged
 from pfedma_flwr.experiments.metrics import asr, nrp, refusal_rate
+from pfedma_flwr.experiments.relocate import relocated_data_dir
 from pfedma_flwr.persistence import read_jsonl_lines
 
 
@@ -88,15 +89,25 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def load_run(out_dir: Path) -> RunData:
-    """Read a run's output directory (raises ``FileNotFoundError`` without ``summary.json``)."""
+    """Read a run's output directory (raises ``FileNotFoundError`` without ``summary.json``).
+
+    A run records its benchmark data dir as an absolute path. Where that path is gone (the
+    run came from a worktree or another machine), the data dir is resolved again
+    (``$PFEDMA_DATA_DIR``, then the shipped data) and accepted only if it holds every gold
+    answer the run recorded (:func:`~pfedma_flwr.experiments.relocate.relocated_data_dir`).
+    """
     summary = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
     merged = OmegaConf.merge(schema(),
                              OmegaConf.load(out_dir / "config.yaml"))
     cfg = OmegaConf.to_object(merged)
     assert isinstance(cfg, PFedMAConfig)
-    return RunData(out_dir=out_dir, cfg=cfg, summary=summary,
-                   queries=_jsonl(out_dir / "queries.jsonl"),
+    queries = _jsonl(out_dir / "queries.jsonl")
+    recorded = cfg.data.data_dir
+    if recorded and not Path(recorded).expanduser().is_dir():
+        cfg.data.data_dir = relocated_data_dir(out_dir, recorded, queries)
+    return RunData(out_dir=out_dir, cfg=cfg, summary=summary, queries=queries,
                    rounds=_jsonl(out_dir / "rounds.jsonl"))
+
 
 
 def _tasks(run: RunData, benchmark: str) -> dict[str, Task]:
