@@ -11,11 +11,12 @@ sorts every question the run got wrong by the first mechanism that lost it:
   stop before the correct side won).
 
 It also reports each client's accuracy over its own answers (round 1 only: independent
-attempts) and the share of queries the federation stopped after one round on a wrong
-agreement. On multiple choice each score comes with the exact one-sided binomial p-value
-against guessing (one option at random): a vote among members that guess is itself a guess,
-whatever the orchestration does. Nothing here uses ground truth during a run; gold is read
-from the run's records and the benchmark files only to score what the run did.
+attempts), the share of queries the federation stopped after one round on a wrong agreement,
+and how the final answers fared where round 1's members agreed and where they split. On
+multiple choice each score comes with the exact one-sided binomial p-value against guessing
+(one option at random): a vote among members that guess is itself a guess, whatever the
+orchestration does. Nothing here uses ground truth during a run; gold is read from the run's
+records and the benchmark files only to score what the run did.
 """
 
 from __future__ import annotations
@@ -121,6 +122,32 @@ def client_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, dict[str, tuple[i
     return {c: {b: (v[0], v[1]) for b, v in sorted(per.items())} for c, per in sorted(acc.items())}
 
 
+def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
+                        ) -> dict[str, dict[str, dict[str, int]]]:
+    """Benchmark → ``agree`` / ``split`` → counts, over queries with ≥ 2 round-1 answers.
+
+    ``agree``: every round-1 answer the same text; ``split``: not. Per kind: ``n`` queries,
+    ``produced`` (a round-1 answer was right), ``run`` (the final answer was right) and, on the
+    queries the reference answered, ``ref_n`` and ``reference`` (it was right). Where the
+    members split the federation must pick; this is where it can gain or lose against one agent.
+    """
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for qid, t in sorted(tr.items()):
+        first = [a for a in t.answers if a[0] == 1]
+        if len(first) < 2:
+            continue
+        kind = "agree" if len({a[2].strip() for a in first}) == 1 else "split"
+        c = out.setdefault(t.benchmark, {}).setdefault(
+            kind, {"n": 0, "produced": 0, "run": 0, "ref_n": 0, "reference": 0})
+        c["n"] += 1
+        c["produced"] += any(a[4] for a in first)
+        c["run"] += t.correct
+        if qid in ref:
+            c["ref_n"] += 1
+            c["reference"] += ref[qid]
+    return {b: dict(sorted(v.items())) for b, v in sorted(out.items())}
+
+
 def benchmark_accuracy(outcomes: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
     """Benchmark → (correct, scored) over ``(benchmark, correct)`` final answers."""
     acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -170,6 +197,7 @@ def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]
             "profiles": {c: str(d.get("description", ""))[:60]
                          for c, d in run.summary.get("clients", {}).items()
                          if isinstance(d, Mapping)},
+            "round_one": round_one_agreement(tr, ref),
             "lost_vs_reference": lost_vs_ref, "won_vs_reference": won_vs_ref,
             "on_common": _common(tr, ref)}
 
@@ -213,6 +241,16 @@ def to_markdown(d: Mapping[str, Any]) -> str:
                   + "".join(f"; the reference's: {b} {_score(d['reference_accuracy'][b], r)}"
                             for b, r in chance.items() if b in d.get("reference_accuracy", {}))
                   + "."]
+    if d.get("round_one"):
+        lines += ["", "Round 1 asked several members: did they agree? (produced: a round-1 "
+                  "answer was right; run / reference: the final answers)", "",
+                  "| benchmark | round 1 | queries | produced | run | reference |",
+                  "|---|---|---|---|---|---|"]
+        for b, kinds in d["round_one"].items():
+            for kind, c in kinds.items():
+                refc = f"{c['reference']}/{c['ref_n']}" if c["ref_n"] else "-"
+                lines.append(f"| {b} | {kind} | {c['n']} | {c['produced']} | {c['run']} | "
+                             f"{refc} |")
     for key, title in (("lost_vs_reference", "Lost (reference right, run wrong)"),
                        ("won_vs_reference", "Won (run right, reference wrong)")):
         if d.get(key):

@@ -52,8 +52,13 @@ def test_each_wrong_query_gets_the_first_mechanism_that_lost_it(tmp_path, capsys
     assert d["clients"] == {"c0": {"gsm8k": (3, 4)}, "c1": {"gsm8k": (1, 4)}}
     assert [r["query_id"] for r in d["lost_vs_reference"]] == sorted([b, e])
     assert d["won_vs_reference"] == [] and d["on_common"] == {"n": 4, "run": 1, "reference": 3}
+    # a and b agreed in round 1 (b on a wrong answer), c and e split
+    assert d["round_one"] == {"gsm8k": {
+        "agree": {"n": 2, "produced": 1, "run": 1, "ref_n": 2, "reference": 2},
+        "split": {"n": 2, "produced": 2, "run": 0, "ref_n": 2, "reference": 1}}}
     md = to_markdown(d)
     assert "| gsm8k | 1 | 1 | 1 |" in md and f"`{b}` never_produced" in md
+    assert "| gsm8k | agree | 2 | 1 | 1 | 2/2 |" in md and "| gsm8k | split | 2 | 2 | 0 | 1/2 |" in md
     assert main([str(run), "--reference", str(tmp_path / "nothing")]) == 2
     assert "holds no run" in capsys.readouterr().err
 
