@@ -124,19 +124,28 @@ def client_accuracy(tr: Mapping[str, QueryTrace]) -> dict[str, dict[str, tuple[i
 
 def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
                         ) -> dict[str, dict[str, dict[str, int]]]:
-    """Benchmark → ``agree`` / ``split`` → counts, over queries with ≥ 2 round-1 answers.
+    """Benchmark → kind → counts, over queries with ≥ 2 round-1 answers.
 
-    ``agree``: every round-1 answer the same text; ``split``: not. Per kind: ``n`` queries,
-    ``produced`` (a round-1 answer was right), ``run`` (the final answer was right) and, on the
-    queries the reference answered, ``ref_n`` and ``reference`` (it was right). Where the
-    members split the federation must pick; this is where it can gain or lose against one agent.
+    Kinds: ``agree`` (every round-1 answer the same text); ``split, then majority`` (they
+    differed, and over all rounds some answer was given at least twice); ``split, no majority``
+    (every answer of every round differs: ``z`` is a pick among singletons). Per kind: ``n``
+    queries, ``produced`` (a round-1 answer was right), ``run`` (the final answer was right)
+    and, on the queries the reference answered, ``ref_n`` and ``reference`` (it was right).
+    Where the members split the federation must pick; this is where it can gain or lose
+    against one agent.
     """
     out: dict[str, dict[str, dict[str, int]]] = {}
     for qid, t in sorted(tr.items()):
         first = [a for a in t.answers if a[0] == 1]
         if len(first) < 2:
             continue
-        kind = "agree" if len({a[2].strip() for a in first}) == 1 else "split"
+        texts = Counter(a[2].strip() for a in t.answers)
+        if len({a[2].strip() for a in first}) == 1:
+            kind = "agree"
+        elif max(texts.values()) >= 2:
+            kind = "split, then majority"
+        else:
+            kind = "split, no majority"
         c = out.setdefault(t.benchmark, {}).setdefault(
             kind, {"n": 0, "produced": 0, "run": 0, "ref_n": 0, "reference": 0})
         c["n"] += 1

@@ -52,13 +52,15 @@ def test_each_wrong_query_gets_the_first_mechanism_that_lost_it(tmp_path, capsys
     assert d["clients"] == {"c0": {"gsm8k": (3, 4)}, "c1": {"gsm8k": (1, 4)}}
     assert [r["query_id"] for r in d["lost_vs_reference"]] == sorted([b, e])
     assert d["won_vs_reference"] == [] and d["on_common"] == {"n": 4, "run": 1, "reference": 3}
-    # a and b agreed in round 1 (b on a wrong answer), c and e split
+    # a and b agreed in round 1 (b on a wrong answer); c and e split, and round 2 repeated
+    # one of the two answers (a majority of 2 of 3)
     assert d["round_one"] == {"gsm8k": {
         "agree": {"n": 2, "produced": 1, "run": 1, "ref_n": 2, "reference": 2},
-        "split": {"n": 2, "produced": 2, "run": 0, "ref_n": 2, "reference": 1}}}
+        "split, then majority": {"n": 2, "produced": 2, "run": 0, "ref_n": 2, "reference": 1}}}
     md = to_markdown(d)
     assert "| gsm8k | 1 | 1 | 1 |" in md and f"`{b}` never_produced" in md
-    assert "| gsm8k | agree | 2 | 1 | 1 | 2/2 |" in md and "| gsm8k | split | 2 | 2 | 0 | 1/2 |" in md
+    assert "| gsm8k | agree | 2 | 1 | 1 | 2/2 |" in md
+    assert "| gsm8k | split, then majority | 2 | 2 | 0 | 1/2 |" in md
     assert main([str(run), "--reference", str(tmp_path / "nothing")]) == 2
     assert "holds no run" in capsys.readouterr().err
 
@@ -92,3 +94,21 @@ def test_open_answers_get_no_guessing_rate(tmp_path):
     d = diagnose(run)
     assert d["chance"] == {} and "Guessing" not in to_markdown(d)
     assert "| c0 | math | 2/2 |" in to_markdown(d)
+
+
+def test_a_split_that_no_round_resolves_is_counted_apart(tmp_path):
+    gold = {t.task_id: t.gold for t in load_benchmark("gsm8k")[:2]}
+    a, b = list(gold)
+    w1 = {q: str(int(g) + 1) for q, g in gold.items()}
+    w2 = {q: str(int(g) + 2) for q, g in gold.items()}
+    run = tmp_path / "fed"
+    # a: right, wrong, then a third answer: z picks the right singleton; b: three wrong ones
+    _write_run(run, {a: (gold[a], True, 2), b: (w1[b], False, 2)}, [
+        {a: {"c0": (gold[a], True), "c1": (w1[a], True)},
+         b: {"c0": (w1[b], True), "c1": (w2[b], True)}},
+        {a: {"c2": (w2[a], True)}, b: {"c2": (gold[b] + "0", True)}},
+    ])
+    d = diagnose(run)
+    assert d["round_one"] == {"gsm8k": {"split, no majority": {
+        "n": 2, "produced": 1, "run": 1, "ref_n": 0, "reference": 0}}}
+    assert "| gsm8k | split, no majority | 2 | 1 | 1 | - |" in to_markdown(d)
