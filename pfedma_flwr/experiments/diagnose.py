@@ -129,7 +129,7 @@ def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
     Kinds: ``agree`` (every round-1 answer the same text); ``split, then majority`` (they
     differed, and over all rounds some answer was given at least twice); ``split, no majority``
     (every answer of every round differs: ``z`` is a pick among singletons). Per kind: ``n``
-    queries, ``produced`` (a round-1 answer was right), ``run`` (the final answer was right)
+    queries, ``produced`` (an answer of any round was right), ``run`` (the final answer was right)
     and, on the queries the reference answered, ``ref_n`` and ``reference`` (it was right).
     Where the members split the federation must pick; this is where it can gain or lose
     against one agent.
@@ -149,7 +149,7 @@ def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
         c = out.setdefault(t.benchmark, {}).setdefault(
             kind, {"n": 0, "produced": 0, "run": 0, "ref_n": 0, "reference": 0})
         c["n"] += 1
-        c["produced"] += any(a[4] for a in first)
+        c["produced"] += any(a[4] for a in t.answers)
         c["run"] += t.correct
         if qid in ref:
             c["ref_n"] += 1
@@ -251,8 +251,8 @@ def to_markdown(d: Mapping[str, Any]) -> str:
                             for b, r in chance.items() if b in d.get("reference_accuracy", {}))
                   + "."]
     if d.get("round_one"):
-        lines += ["", "Round 1 asked several members: did they agree? (produced: a round-1 "
-                  "answer was right; run / reference: the final answers)", "",
+        lines += ["", "Round 1 asked several members: did they agree? (produced: an answer of "
+                  "any round was right; run / reference: the final answers)", "",
                   "| benchmark | round 1 | queries | produced | run | reference |",
                   "|---|---|---|---|---|---|"]
         for b, kinds in d["round_one"].items():
