@@ -109,7 +109,6 @@ def load_run(out_dir: Path) -> RunData:
                    rounds=_jsonl(out_dir / "rounds.jsonl"))
 
 
-
 def _tasks(run: RunData, benchmark: str) -> dict[str, Task]:
     return {t.task_id: t for t in load_benchmark(benchmark, run.cfg.data.data_dir or None)}
 

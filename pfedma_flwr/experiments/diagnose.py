@@ -127,7 +127,7 @@ def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
     """Benchmark → kind → counts, over queries with ≥ 2 round-1 answers.
 
     Kinds: ``agree`` (every round-1 answer the same text); ``split, then majority`` (they
-    differed, and over all rounds some answer was given at least twice); ``split, no majority``
+    differed, and over all rounds two clients gave some answer); ``split, no majority``
     (every answer of every round differs: ``z`` is a pick among singletons). Per kind: ``n``
     queries, ``produced`` (an answer of any round was right), ``run`` (the final answer was right)
     and, on the queries the reference answered, ``ref_n`` and ``reference`` (it was right).
@@ -139,10 +139,13 @@ def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
         first = [a for a in t.answers if a[0] == 1]
         if len(first) < 2:
             continue
-        texts = Counter(a[2].strip() for a in t.answers)
+        # an answer counts once per client: a client re-asked that repeats itself is no majority
+        backers: dict[str, set[str]] = defaultdict(set)
+        for a in t.answers:
+            backers[a[2].strip()].add(a[1])
         if len({a[2].strip() for a in first}) == 1:
             kind = "agree"
-        elif max(texts.values()) >= 2:
+        elif max(len(v) for v in backers.values()) >= 2:
             kind = "split, then majority"
         else:
             kind = "split, no majority"

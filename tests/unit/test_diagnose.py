@@ -52,15 +52,16 @@ def test_each_wrong_query_gets_the_first_mechanism_that_lost_it(tmp_path, capsys
     assert d["clients"] == {"c0": {"gsm8k": (3, 4)}, "c1": {"gsm8k": (1, 4)}}
     assert [r["query_id"] for r in d["lost_vs_reference"]] == sorted([b, e])
     assert d["won_vs_reference"] == [] and d["on_common"] == {"n": 4, "run": 1, "reference": 3}
-    # a and b agreed in round 1 (b on a wrong answer); c and e split, and round 2 repeated
-    # one of the two answers (a majority of 2 of 3)
+    # a and b agreed in round 1 (b on a wrong answer); c and e split. On e, c0 came round to
+    # c1's answer (two clients back it: a majority); on c, c1 only repeated itself (none)
     assert d["round_one"] == {"gsm8k": {
         "agree": {"n": 2, "produced": 1, "run": 1, "ref_n": 2, "reference": 2},
-        "split, then majority": {"n": 2, "produced": 2, "run": 0, "ref_n": 2, "reference": 1}}}
+        "split, no majority": {"n": 1, "produced": 1, "run": 0, "ref_n": 1, "reference": 0},
+        "split, then majority": {"n": 1, "produced": 1, "run": 0, "ref_n": 1, "reference": 1}}}
     md = to_markdown(d)
     assert "| gsm8k | 1 | 1 | 1 |" in md and f"`{b}` never_produced" in md
     assert "| gsm8k | agree | 2 | 1 | 1 | 2/2 |" in md
-    assert "| gsm8k | split, then majority | 2 | 2 | 0 | 1/2 |" in md
+    assert "| gsm8k | split, then majority | 1 | 1 | 0 | 1/1 |" in md
     assert main([str(run), "--reference", str(tmp_path / "nothing")]) == 2
     assert "holds no run" in capsys.readouterr().err
 
@@ -111,4 +112,9 @@ def test_a_split_that_no_round_resolves_is_counted_apart(tmp_path):
     d = diagnose(run)
     assert d["round_one"] == {"gsm8k": {"split, no majority": {
         "n": 2, "produced": 1, "run": 1, "ref_n": 0, "reference": 0}}}
+    # a client re-asked that repeats its own answer backs it once: still no majority
+    again = tmp_path / "again"
+    _write_run(again, {a: (w1[a], False, 2)}, [
+        {a: {"c0": (gold[a], True), "c1": (w1[a], True)}}, {a: {"c1": (w1[a], True)}}])
+    assert list(diagnose(again)["round_one"]["gsm8k"]) == ["split, no majority"]
     assert "| gsm8k | split, no majority | 2 | 1 | 1 | - |" in to_markdown(d)
