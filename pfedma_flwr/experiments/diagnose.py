@@ -128,7 +128,7 @@ def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
 
     Kinds: ``agree`` (every round-1 answer the same text); ``split, then majority`` (they
     differed, and over all rounds two clients gave some answer); ``split, no majority``
-    (every answer of every round differs: ``z`` is a pick among singletons). Per kind: ``n``
+    (no two clients ever gave the same answer: ``z`` is a pick among singletons). Per kind: ``n``
     queries, ``produced`` (an answer of any round was right), ``run`` (the final answer was right)
     and, on the queries the reference answered, ``ref_n`` and ``reference`` (it was right).
     Where the members split the federation must pick; this is where it can gain or lose
