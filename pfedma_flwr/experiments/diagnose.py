@@ -77,7 +77,8 @@ class QueryTrace:
         return "outvoted"
 
 
-def _tasks(run: RunData) -> dict[str, Task]:
+def tasks_of(run: RunData) -> dict[str, Task]:
+    """The tasks of every benchmark ``run`` answered, by task id."""
     out: dict[str, Task] = {}
     for bench in dict.fromkeys(str(r.get("benchmark", "")) for r in run.queries):
         out.update({t.task_id: t for t in load_benchmark(bench, run.cfg.data.data_dir or None)})
@@ -86,7 +87,7 @@ def _tasks(run: RunData) -> dict[str, Task]:
 
 def traces(run: RunData) -> dict[str, QueryTrace]:
     """Every gold-scored query of ``run`` with its answers (from ``rounds.jsonl``)."""
-    tasks = _tasks(run)
+    tasks = tasks_of(run)
     out = {str(r["query_id"]): QueryTrace(
         query_id=str(r["query_id"]), benchmark=str(r.get("benchmark", "")),
         correct=bool(r["correct"]), stop_reason=str(r.get("stop_reason", "")),
