@@ -4,6 +4,7 @@ import pytest
 
 from pfedma_flwr.agents.prompting import build_reasoning_messages, reasoning_demo
 from pfedma_flwr.agents.reasoning import (
+    MAX_CLAIM_CHARS,
     MAX_CLAIMS,
     best_support,
     derive_response,
@@ -11,6 +12,7 @@ from pfedma_flwr.agents.reasoning import (
     question_facts,
     reasoning_steps,
 )
+from pfedma_flwr.anomaly.evidence import states_answer
 
 GSM_Q = ("Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and "
          "bakes muffins for her friends every day with four. She sells the remainder at the "
@@ -64,10 +66,42 @@ def test_steps_exclude_the_answer_line_and_merge_short_ones():
     # "Step 1:" (7 chars) is merged into the next line
     assert reasoning_steps("Step 1:\nCompute 16 - 7 = 9 eggs sold.\nThe answer is 9.") == [
         "Step 1: Compute 16 - 7 = 9 eggs sold."]
-    # no step is dropped beyond MAX_CLAIMS: the tail is merged
+    # no step is dropped beyond MAX_CLAIMS: the middle is merged, the last step stays whole
     many = "\n".join(f"Step number {k} computes the value {k} + 1." for k in range(12))
     steps = reasoning_steps(many)
-    assert len(steps) == MAX_CLAIMS and "Step number 11" in steps[-1]
+    assert len(steps) == MAX_CLAIMS
+    assert steps[-1] == "Step number 11 computes the value 11 + 1."
+    assert steps[-2].startswith("Step number 6 ") and steps[-2].endswith("value 10 + 1.")
+
+
+def test_a_long_reasoning_still_states_its_answer_in_its_claims():
+    # Shaped like the mathematician's round-2 answers on development GSM8K questions: more
+    # steps than MAX_CLAIMS, in markdown with display math. Merging the tail into one claim
+    # cut at MAX_CLAIM_CHARS lost "= 68 beads", the claims stated no answer and the evidence
+    # term scored 1, so the anomaly filter removed an honest, right answer.
+    blocks = [
+        f"{k}. **Determine quantity {k} of the necklace:**\n"
+        f"   The necklace part {k} is described in the question with its own length.\n"
+        f"   \\[ \\text{{Length {k}}} = {k} \\text{{ inches}} \\times 1 = {k} \\text{{ inches}} \\]"
+        for k in range(1, 6)]
+    text = ("To solve this problem, we need to determine how many beads Katerina uses.\n\n"
+            + "\n\n".join(blocks)
+            + "\n\n6. **Determine the number of beads per necklace:**\n   \\[ \\text{Number of "
+            "beads per necklace} = \\frac{17 \\text{ inches}}{\\frac{1}{4} \\text{ inch/bead}}"
+            " = 17 \\times 4 = 68 \\text{ beads} \\]\n\n"
+            "Therefore, Katerina uses \\boxed{68} sterling silver beads per necklace.")
+    assert len(reasoning_steps(text)) == MAX_CLAIMS
+    r = derive_response(text, question="How many beads per necklace?",
+                        answer_kind="number").response
+    assert r is not None and r.final_answer == "68"
+    assert all(len(c.claim) <= MAX_CLAIM_CHARS for c in r.claims)
+    assert "68" in r.claims[-1].claim
+    assert states_answer(r, "number")
+    # one last step longer than the cap keeps its end, where the result is
+    long_last = "Step one sets the beads.\n" + "x " * 300 + "so the count is 68 beads."
+    last = derive_response(long_last, question="q", answer_kind="number").response
+    assert last is not None and last.claims[-1].claim.endswith("68 beads.")
+    assert len(last.claims[-1].claim) <= MAX_CLAIM_CHARS
 
 
 def test_evidence_quotes_the_best_supporting_question_sentence_or_step():
