@@ -6,7 +6,7 @@ ones, and the round's prompt (the query with ``z`` of the earlier rounds) does n
 many are asked. Re-voting each query with only the first ``m`` answers of every round after the
 first tells what ``K = m`` in those rounds would have given, with no generation. This is how
 ``routing.adaptive_k`` (ask one client after a two-way split) was set against asking two
-(``bench/results/main_small_gsm8k100.md``).
+(``bench/results/gsm8k_dev_round2.md``).
 
 The vote is the project's own (:func:`pfedma_flwr.aggregation.consensus.aggregate`) over the
 recorded retained answers with their anomaly scores. Two approximations, both named in the
@@ -73,7 +73,8 @@ def _history(rounds: Sequence[Mapping[str, Any]], later_k: int | None) -> list[R
             answer = str(view.get("answer", ""))
             if not answer.strip():
                 continue
-            a = anomaly.get(client, {}) if isinstance(anomaly.get(client), Mapping) else {}
+            a = anomaly.get(client)
+            a = a if isinstance(a, Mapping) else {}
             resp = StructuredResponse(final_answer=answer, claims=tuple(
                 Claim(claim=str(c)) for c in view.get("claims", []) if str(c).strip()))
             out.append(RoundResponse(client_id=str(client), round=t, response=resp,
