@@ -141,7 +141,7 @@ def _evaluation_checks(ev: EvaluationConfig) -> list[tuple[bool, str]]:
          f"evaluation.method must be auto|logprob|generate, got {ev.method!r}"),
         (ev.leak_prompt in ("privacylens", "direct"),
          f"evaluation.leak_prompt must be privacylens|direct, got {ev.leak_prompt!r}"),
-        (0.0 < ev.leak_threshold < 1.0,
+        (ev.leak_threshold is None or 0.0 < ev.leak_threshold < 1.0,
          f"evaluation.leak_threshold must be in (0,1), got {ev.leak_threshold}"),
     ]
 

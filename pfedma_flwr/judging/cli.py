@@ -22,6 +22,9 @@ from pfedma_flwr.judging.factory import (
 )
 from pfedma_flwr.judging.privacylens import HelpCase, LeakCase
 from pfedma_flwr.judging.validation import (
+    agreement_at,
+    fit_threshold,
+    leak_verdicts,
     read_jsonl,
     validate_leak_judge,
     validate_pairwise_judge,
@@ -70,17 +73,48 @@ def _alpaca(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
             "output" if v.w > 0.5 else "reference"]
 
 
-def _validate(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
-    lines = []
+def _scores(verdicts: list) -> list[float]:
+    if any(v.p_yes is None for v in verdicts):
+        raise ValueError("--fit-pairs needs a judge that gives P(Yes) (the llm judge, logprob)")
+    return [float(v.p_yes) for v in verdicts]
+
+
+def _fitted(a: argparse.Namespace, judge: object) -> list[str]:
+    """Fit the threshold on ``--fit-pairs``, report it there and on ``--leak-pairs``."""
+    fit_rows = read_jsonl(a.fit_pairs)[: a.limit or None]
+    fit_truth = [r["label"] == "leak" for r in fit_rows]
+    fit_scores = _scores(leak_verdicts(judge, fit_rows, action_text=action_text))  # type: ignore[arg-type]
+    t = fit_threshold(fit_truth, fit_scores)
+    ag = agreement_at([r["id"] for r in fit_rows], fit_truth, fit_scores, t)
+    lines = [f"threshold fitted on {ag.n} pairs ({a.fit_pairs}): P(Yes) > {t:.4f}, agreement "
+             f"there {ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC {ag.auc:.3f} "
+             f"(use it: --set evaluation.leak_threshold={t:.4f})"]
     if a.leak_pairs:
         rows = read_jsonl(a.leak_pairs)[: a.limit or None]
+        truth = [r["label"] == "leak" for r in rows]
+        scores = _scores(leak_verdicts(judge, rows, action_text=action_text))  # type: ignore[arg-type]
+        held = agreement_at([r["id"] for r in rows], truth, scores, t)
+        lines += [f"held out, {a.leak_pairs} at the fitted threshold: agreement "
+                  f"{held.tp + held.tn}/{held.n} = {100 * held.accuracy:.1f} %, AUC "
+                  f"{held.auc:.3f}", held.table("leak", "no-leak"),
+                  f"disagreements: {', '.join(held.errors) or '-'}"]
+    return lines
+
+
+def _validate(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
+    lines = []
+    if a.leak_pairs or a.fit_pairs:
         judge = make_leak_judge(ev)
-        ag = validate_leak_judge(judge, rows, action_text=action_text)
         method = getattr(judge, "method", judge.name)
+    if a.leak_pairs:
+        rows = read_jsonl(a.leak_pairs)[: a.limit or None]
+        ag = validate_leak_judge(judge, rows, action_text=action_text)
         lines += [f"leak judge {judge.name} ({method}) on {ag.n} pairs: agreement "
                   f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC of P(Yes) "
                   f"{ag.auc:.3f}",
                   ag.table("leak", "no-leak"), f"disagreements: {', '.join(ag.errors) or '-'}"]
+    if a.fit_pairs:
+        lines += _fitted(a, judge)
     if a.alpaca_pairs:
         rows = read_jsonl(a.alpaca_pairs)[: a.limit or None]
         model = make_judge_model(ev.judge_backend, cache_dir=ev.cache_dir)
@@ -120,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     val = sub.add_parser("validate", help="agreement of the judges with labelled pairs")
     val.add_argument("--leak-pairs", default="", help="e.g. tests/data/leak_pairs.jsonl")
     val.add_argument("--alpaca-pairs", default="", help="e.g. tests/data/alpaca_pairs.jsonl")
+    val.add_argument("--fit-pairs", default="", help="leak pairs to fit the P(Yes) threshold "
+                     "on (e.g. tests/data/leak_pairs_fit.jsonl); --leak-pairs are then the "
+                     "held-out pairs it is judged on")
     val.add_argument("--judge", default="", help="leak judge: llm | string")
     val.add_argument("--limit", type=int, default=0, help="first N pairs of each file")
     a = p.parse_args(argv)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pfedma_flwr.judging.alpacaeval import PairwiseJudge
-from pfedma_flwr.judging.privacylens import LeakCase, LeakJudge
+from pfedma_flwr.judging.privacylens import LeakCase, LeakJudge, LeakVerdict
 
 LEAK_LABELS = ("leak", "no-leak")
 
@@ -86,14 +86,59 @@ def agreement(ids: Sequence[str], truth: Sequence[bool], pred: Sequence[bool],
                      auc(truth, scores) if scores is not None else float("nan"))
 
 
-def validate_leak_judge(judge: LeakJudge, rows: Sequence[dict[str, Any]],
-                        *, action_text: Any) -> Agreement:
-    """The leak judge on labelled pairs (``action_text`` maps an output to what it judges)."""
+def fit_threshold(truth: Sequence[bool], scores: Sequence[float]) -> float:
+    """The score threshold (``score > t`` is positive) that agrees most with ``truth``.
+
+    Candidates are the midpoints between consecutive distinct scores (and a step outside
+    either end), so the threshold sits where no pair's score lies. Among the most accurate,
+    balanced accuracy decides (a class that is rare in the fitting set still counts), then the
+    candidate nearest 0.5 (the least departure from the unfitted reading). Fit it on pairs
+    that are not the ones it is then judged on (``docs/judges.md``).
+    """
+    if len(truth) != len(scores) or not truth:
+        raise ValueError(f"fit_threshold needs as many scores as labels (>= 1), got "
+                         f"{len(scores)} scores for {len(truth)} labels")
+    if any(not 0.0 <= s <= 1.0 for s in scores):
+        raise ValueError("fit_threshold: scores must be probabilities in [0, 1]")
+    if all(truth) or not any(truth):
+        raise ValueError("fit_threshold needs both classes among the labels")
+    xs = sorted(set(scores))
+    cands = [(a + b) / 2 for a, b in zip(xs, xs[1:], strict=False)]
+    cands += [max(xs[0] / 2, 1e-6), min((1 + xs[-1]) / 2, 1 - 1e-6)]
+
+    def key(t: float) -> tuple[float, float, float]:
+        pred = [s > t for s in scores]
+        ag = agreement([""] * len(truth), truth, pred)
+        bal = (ag.tp / (ag.tp + ag.fn) + ag.tn / (ag.tn + ag.fp)) / 2
+        return ag.accuracy, bal, -abs(t - 0.5)
+
+    return max(cands, key=key)
+
+
+def agreement_at(ids: Sequence[str], truth: Sequence[bool], scores: Sequence[float],
+                 threshold: float) -> Agreement:
+    """:func:`agreement` of the reading ``score > threshold``."""
+    return agreement(ids, truth, [s > threshold for s in scores], scores)
+
+
+def leak_verdicts(judge: LeakJudge, rows: Sequence[dict[str, Any]], *, action_text: Any
+                  ) -> list[LeakVerdict]:
+    """The leak judge's verdicts on labelled pairs.
+
+    ``action_text`` maps an output to what the judge sees; a label other than ``leak`` /
+    ``no-leak`` names its pair.
+    """
     bad = [r.get("id") for r in rows if r.get("label") not in LEAK_LABELS]
     if bad:
         raise ValueError(f"leak pairs {bad} have a label other than {LEAK_LABELS}")
-    verdicts = judge.judge([LeakCase(r["secret"], action_text(r["output"]),
-                                     r.get("user_name", "the user")) for r in rows])
+    return judge.judge([LeakCase(r["secret"], action_text(r["output"]),
+                                 r.get("user_name", "the user")) for r in rows])
+
+
+def validate_leak_judge(judge: LeakJudge, rows: Sequence[dict[str, Any]],
+                        *, action_text: Any) -> Agreement:
+    """The leak judge on labelled pairs (``action_text`` maps an output to what it judges)."""
+    verdicts = leak_verdicts(judge, rows, action_text=action_text)
     scores = [v.p_yes for v in verdicts]
     return agreement([r["id"] for r in rows], [r["label"] == "leak" for r in rows],
                      [v.leaked for v in verdicts],
