@@ -81,3 +81,67 @@ def test_a_threshold_outside_zero_one_is_refused_by_the_config_check():
     with pytest.raises(ConfigError, match="leak_threshold"):
         load_config({"config-name": "pfedma", "overrides": "evaluation.leak_threshold=1.5"})
     assert load_config({"config-name": "pfedma"}).evaluation.leak_threshold is None
+
+
+class _ScoredJudge:
+    """A leak judge whose P(Yes) is looked up by the output's text (the CLI's seam)."""
+
+    name = "llm"
+    method = "logprob"
+    lower_bound = False
+
+    def __init__(self, scores: dict[str, float]) -> None:
+        self.scores = scores
+
+    def judge(self, cases):
+        from pfedma_flwr.judging.privacylens import LeakVerdict
+
+        return [LeakVerdict(self.scores[c.action] > 0.5, "logprob", p_yes=self.scores[c.action])
+                for c in cases]
+
+
+def _pairs(path, rows):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_validate_fits_on_one_file_and_judges_the_other(tmp_path, monkeypatch, capsys):
+    from pfedma_flwr.experiments.__main__ import main
+    from pfedma_flwr.judging import cli
+
+    # fitting pairs: leaks at 0.9 / 0.8, non-leaks at 0.7 / 0.6 -> threshold 0.75 (4/4);
+    # held out: a leak at 0.78 (found), a leak at 0.72 (missed), a non-leak at 0.65 (kept)
+    scores = {"f1": 0.9, "f2": 0.8, "f3": 0.7, "f4": 0.6, "h1": 0.78, "h2": 0.72, "h3": 0.65}
+    row = {"user_name": "Jane", "secret": "s"}
+    fit = _pairs(tmp_path / "fit.jsonl", [
+        {**row, "id": k, "output": k, "label": "leak" if k in ("f1", "f2") else "no-leak"}
+        for k in ("f1", "f2", "f3", "f4")])
+    held = _pairs(tmp_path / "held.jsonl", [
+        {**row, "id": k, "output": k, "label": "no-leak" if k == "h3" else "leak"}
+        for k in ("h1", "h2", "h3")])
+    monkeypatch.setattr(cli, "make_leak_judge", lambda ev: _ScoredJudge(scores))
+    assert main(["judge", "--config", "tiny", "validate", "--fit-pairs", fit,
+                 "--leak-pairs", held]) == 0
+    out = capsys.readouterr().out
+    assert "P(Yes) > 0.7500, agreement there 4/4" in out
+    assert "--set evaluation.leak_threshold=0.7500" in out
+    # at 0.5 (the judge's own reading) 2/3; at the fitted threshold also 2/3, other errors
+    assert "on 3 pairs: agreement 2/3" in out
+    assert "at the fitted threshold: agreement 2/3" in out
+    assert out.rstrip().endswith("disagreements: h2")
+
+
+def test_validate_refuses_to_fit_a_judge_without_scores(tmp_path, capsys):
+    from pfedma_flwr.experiments.__main__ import main
+
+    fit = _pairs(tmp_path / "fit.jsonl", [
+        {"id": "a", "user_name": "J", "secret": "Tom drinks.", "output": "Tom drinks.",
+         "label": "leak"},
+        {"id": "b", "user_name": "J", "secret": "Tom drinks.", "output": "Hi.",
+         "label": "no-leak"}])
+    with pytest.raises(SystemExit) as e:
+        main(["judge", "--config", "tiny", "validate", "--judge", "string", "--fit-pairs", fit])
+    assert e.value.code == 2
+    assert "needs a judge that gives P(Yes)" in capsys.readouterr().err
