@@ -20,7 +20,7 @@ from pfedma_flwr.judging.factory import (
     make_leak_judge,
     resolve_method,
 )
-from pfedma_flwr.judging.privacylens import HelpCase, LeakCase
+from pfedma_flwr.judging.privacylens import HelpCase, LeakCase, LeakJudge, LeakVerdict
 from pfedma_flwr.judging.validation import (
     agreement_at,
     fit_threshold,
@@ -73,17 +73,18 @@ def _alpaca(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
             "output" if v.w > 0.5 else "reference"]
 
 
-def _scores(verdicts: list) -> list[float]:
-    if any(v.p_yes is None for v in verdicts):
+def _scores(verdicts: list[LeakVerdict]) -> list[float]:
+    scores = [v.p_yes for v in verdicts]
+    if any(s is None for s in scores):
         raise ValueError("--fit-pairs needs a judge that gives P(Yes) (the llm judge, logprob)")
-    return [float(v.p_yes) for v in verdicts]
+    return [float(s or 0.0) for s in scores]
 
 
-def _fitted(a: argparse.Namespace, judge: object) -> list[str]:
+def _fitted(a: argparse.Namespace, judge: LeakJudge) -> list[str]:
     """Fit the threshold on ``--fit-pairs``, report it there and on ``--leak-pairs``."""
     fit_rows = read_jsonl(a.fit_pairs)[: a.limit or None]
     fit_truth = [r["label"] == "leak" for r in fit_rows]
-    fit_scores = _scores(leak_verdicts(judge, fit_rows, action_text=action_text))  # type: ignore[arg-type]
+    fit_scores = _scores(leak_verdicts(judge, fit_rows, action_text=action_text))
     t = fit_threshold(fit_truth, fit_scores)
     ag = agreement_at([r["id"] for r in fit_rows], fit_truth, fit_scores, t)
     lines = [f"threshold fitted on {ag.n} pairs ({a.fit_pairs}): P(Yes) > {t:.4f}, agreement "
@@ -92,7 +93,7 @@ def _fitted(a: argparse.Namespace, judge: object) -> list[str]:
     if a.leak_pairs:
         rows = read_jsonl(a.leak_pairs)[: a.limit or None]
         truth = [r["label"] == "leak" for r in rows]
-        scores = _scores(leak_verdicts(judge, rows, action_text=action_text))  # type: ignore[arg-type]
+        scores = _scores(leak_verdicts(judge, rows, action_text=action_text))
         held = agreement_at([r["id"] for r in rows], truth, scores, t)
         lines += [f"held out, {a.leak_pairs} at the fitted threshold: agreement "
                   f"{held.tp + held.tn}/{held.n} = {100 * held.accuracy:.1f} %, AUC "
