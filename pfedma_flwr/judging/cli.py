@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
+from typing import Any
 
 from pfedma_flwr.agents.actions import parse_action
 from pfedma_flwr.config import ConfigError, EvaluationConfig, load_config
@@ -24,9 +26,9 @@ from pfedma_flwr.judging.privacylens import HelpCase, LeakCase, LeakJudge, LeakV
 from pfedma_flwr.judging.validation import (
     agreement_at,
     fit_threshold,
+    leak_agreement,
     leak_verdicts,
     read_jsonl,
-    validate_leak_judge,
     validate_pairwise_judge,
 )
 
@@ -73,15 +75,16 @@ def _alpaca(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
             "output" if v.w > 0.5 else "reference"]
 
 
-def _scores(verdicts: list[LeakVerdict]) -> list[float]:
+def _scores(verdicts: Sequence[LeakVerdict]) -> list[float]:
     scores = [v.p_yes for v in verdicts]
     if any(s is None for s in scores):
         raise ValueError("--fit-pairs needs a judge that gives P(Yes) (the llm judge, logprob)")
     return [float(s or 0.0) for s in scores]
 
 
-def _fitted(a: argparse.Namespace, judge: LeakJudge) -> list[str]:
-    """Fit the threshold on ``--fit-pairs``, report it there and on ``--leak-pairs``."""
+def _fitted(a: argparse.Namespace, judge: LeakJudge,
+            held: tuple[list[dict[str, Any]], list[LeakVerdict]] | None) -> list[str]:
+    """Fit the threshold on ``--fit-pairs``, report it there and on the held-out verdicts."""
     fit_rows = read_jsonl(a.fit_pairs)[: a.limit or None]
     fit_truth = [r["label"] == "leak" for r in fit_rows]
     fit_scores = _scores(leak_verdicts(judge, fit_rows, action_text=action_text))
@@ -90,32 +93,34 @@ def _fitted(a: argparse.Namespace, judge: LeakJudge) -> list[str]:
     lines = [f"threshold fitted on {ag.n} pairs ({a.fit_pairs}): P(Yes) > {t:.4f}, agreement "
              f"there {ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC {ag.auc:.3f} "
              f"(use it: --set evaluation.leak_threshold={t:.4f})"]
-    if a.leak_pairs:
-        rows = read_jsonl(a.leak_pairs)[: a.limit or None]
-        truth = [r["label"] == "leak" for r in rows]
-        scores = _scores(leak_verdicts(judge, rows, action_text=action_text))
-        held = agreement_at([r["id"] for r in rows], truth, scores, t)
+    if held is not None:
+        rows, verdicts = held
+        ag = agreement_at([r["id"] for r in rows], [r["label"] == "leak" for r in rows],
+                          _scores(verdicts), t)
         lines += [f"held out, {a.leak_pairs} at the fitted threshold: agreement "
-                  f"{held.tp + held.tn}/{held.n} = {100 * held.accuracy:.1f} %, AUC "
-                  f"{held.auc:.3f}", held.table("leak", "no-leak"),
-                  f"disagreements: {', '.join(held.errors) or '-'}"]
+                  f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC "
+                  f"{ag.auc:.3f}", ag.table("leak", "no-leak"),
+                  f"disagreements: {', '.join(ag.errors) or '-'}"]
     return lines
 
 
 def _validate(a: argparse.Namespace, ev: EvaluationConfig) -> list[str]:
     lines = []
+    held = None
     if a.leak_pairs or a.fit_pairs:
         judge = make_leak_judge(ev)
         method = getattr(judge, "method", judge.name)
     if a.leak_pairs:
+        # judged once: the same verdicts at the judge's threshold and at a fitted one
         rows = read_jsonl(a.leak_pairs)[: a.limit or None]
-        ag = validate_leak_judge(judge, rows, action_text=action_text)
+        held = (rows, leak_verdicts(judge, rows, action_text=action_text))
+        ag = leak_agreement(*held)
         lines += [f"leak judge {judge.name} ({method}) on {ag.n} pairs: agreement "
                   f"{ag.tp + ag.tn}/{ag.n} = {100 * ag.accuracy:.1f} %, AUC of P(Yes) "
                   f"{ag.auc:.3f}",
                   ag.table("leak", "no-leak"), f"disagreements: {', '.join(ag.errors) or '-'}"]
     if a.fit_pairs:
-        lines += _fitted(a, judge)
+        lines += _fitted(a, judge, held)
     if a.alpaca_pairs:
         rows = read_jsonl(a.alpaca_pairs)[: a.limit or None]
         model = make_judge_model(ev.judge_backend, cache_dir=ev.cache_dir)

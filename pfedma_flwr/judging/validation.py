@@ -138,7 +138,11 @@ def leak_verdicts(judge: LeakJudge, rows: Sequence[dict[str, Any]], *, action_te
 def validate_leak_judge(judge: LeakJudge, rows: Sequence[dict[str, Any]],
                         *, action_text: Any) -> Agreement:
     """The leak judge on labelled pairs (``action_text`` maps an output to what it judges)."""
-    verdicts = leak_verdicts(judge, rows, action_text=action_text)
+    return leak_agreement(rows, leak_verdicts(judge, rows, action_text=action_text))
+
+
+def leak_agreement(rows: Sequence[dict[str, Any]], verdicts: Sequence[LeakVerdict]) -> Agreement:
+    """:func:`agreement` of a leak judge's verdicts on labelled pairs (AUC where it scored)."""
     scores = [v.p_yes for v in verdicts]
     return agreement([r["id"] for r in rows], [r["label"] == "leak" for r in rows],
                      [v.leaked for v in verdicts],
