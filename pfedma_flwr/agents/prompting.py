@@ -17,6 +17,7 @@ from typing import Any
 
 from pfedma_flwr.agents.reasoning import reasoning_instruction
 from pfedma_flwr.answers import ANSWER_KINDS
+from pfedma_flwr.text import clip
 
 _CALC = re.compile(r"<<[^>]*>>")  # GSM8K calculator annotations
 _SENT = re.compile(r"(?<=[.?!])\s+|\n+")
@@ -103,10 +104,6 @@ def _best_support(claim: str, candidates: Sequence[str]) -> str:
     return max(candidates, key=overlap)
 
 
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
-
-
 def example_answer(answer: str, answer_kind: str, question: str = "") -> str:
     r"""A JSON answer for a few-shot example, with evidence for every claim.
 
@@ -135,8 +132,8 @@ def example_answer(answer: str, answer_kind: str, question: str = "") -> str:
     claims = []
     for i, ln in enumerate(lines):
         pool = facts + lines[:i]
-        ev = [_clip(_best_support(ln, pool), MAX_EVIDENCE_CHARS)] if pool else []
-        claims.append({"claim": _clip(ln, 200), "evidence": ev})
+        ev = [clip(_best_support(ln, pool), MAX_EVIDENCE_CHARS)] if pool else []
+        claims.append({"claim": clip(ln, 200), "evidence": ev})
     final = final.strip().replace(",", "") if answer_kind == "number" else final.strip()
     return json.dumps(
         {"claims": claims, "final_answer": final, "domain_fit": 1.0, "self_confidence": 1.0},

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pfedma_flwr.agents.actions import action_answer, parse_action
 from pfedma_flwr.answers import ANSWER_KINDS, OPEN_KINDS, Options, canonical_answer, last_boxed
 from pfedma_flwr.protocol.schema import Claim, StructuredResponse
+from pfedma_flwr.text import clip, clip_start
 
 MAX_CLAIMS = 8
 MAX_CLAIM_CHARS = 400
@@ -239,14 +240,6 @@ def question_facts(question: str) -> list[str]:
     return out
 
 
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
-
-
-def _clip_start(text: str, n: int) -> str:
-    return text if len(text) <= n else "..." + text[len(text) - n + 3 :].lstrip()
-
-
 def derive_response(
     text: str, *, question: str, answer_kind: str, options: Options = None,
     domain_fit: float = 0.5,
@@ -276,11 +269,11 @@ def derive_response(
         support = best_support(step, [*facts, *steps[:i]])
         # the last step keeps its end: the result it reaches is what the claims must state
         last = i == len(steps) - 1
-        claims.append(Claim(claim=_clip_start(step, MAX_CLAIM_CHARS) if last
-                            else _clip(step, MAX_CLAIM_CHARS),
-                            evidence=(_clip(support, MAX_EVIDENCE_CHARS),) if support else ()))
+        claims.append(Claim(claim=clip_start(step, MAX_CLAIM_CHARS) if last
+                            else clip(step, MAX_CLAIM_CHARS),
+                            evidence=(clip(support, MAX_EVIDENCE_CHARS),) if support else ()))
     if not claims:  # "The answer is 12." alone: the statement is the only claim
-        claims.append(Claim(claim=_clip(text.strip(), MAX_CLAIM_CHARS), evidence=()))
+        claims.append(Claim(claim=clip(text.strip(), MAX_CLAIM_CHARS), evidence=()))
     return Derivation(
         StructuredResponse(final_answer=answer, claims=tuple(claims),
                            domain_fit=float(min(1.0, max(0.0, domain_fit))),

@@ -16,15 +16,11 @@ from typing import Protocol
 
 from pfedma_flwr.aggregation.consensus import CollabState
 from pfedma_flwr.registry import Registry
+from pfedma_flwr.text import clip_line
 
 DEFAULT_MAX_CHARS = 1200
 _ITEM_CHARS = 200
 _ITEMS = 3
-
-
-def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 REFINE_STYLES = ("independent", "verify")
@@ -59,23 +55,24 @@ def refinement_text(
         return ""
     if style == "independent":
         given = [(z.answer, z.support), *z.dissent[:_ITEMS]]
-        listed = ", ".join(f"'{_clip(a, 60)}' ({w:.0%})" for a, w in given)
+        listed = ", ".join(f"'{clip_line(a, 60)}' ({w:.0%})" for a, w in given)
         head = (f"Agents of an earlier round answered differently or without enough agreement; "
                 f"answers given: {listed}.")
-        return _clip(head, max_chars - len(_INDEPENDENT_ASK) - 1) + "\n" + _INDEPENDENT_ASK
+        return clip_line(head, max_chars - len(_INDEPENDENT_ASK) - 1) + "\n" + _INDEPENDENT_ASK
     lines = [
-        f"Previous collaboration round {z.round}: candidate answer {_clip(z.answer)!r} "
+        f"Previous collaboration round {z.round}: candidate answer "
+        f"{clip_line(z.answer, _ITEM_CHARS)!r} "
         f"(support {z.support:.0%}, {z.n_agreeing} of {z.n_retained} reliable responses agree).",
     ]
     if z.claims:
         lines.append("Claims behind the candidate:")
-        lines.extend(f"- {_clip(c)}" for c in z.claims[:_ITEMS])
+        lines.extend(f"- {clip_line(c, _ITEM_CHARS)}" for c in z.claims[:_ITEMS])
     if z.dissent:
-        alts = "; ".join(f"{_clip(a, 80)!r} ({w:.0%})" for a, w in z.dissent[:_ITEMS])
+        alts = "; ".join(f"{clip_line(a, 80)!r} ({w:.0%})" for a, w in z.dissent[:_ITEMS])
         lines.append(f"Disputed: other answers {alts}.")
     if z.disputed_claims:
         lines.append("Disputed claims:")
-        lines.extend(f"- {_clip(c)}" for c in z.disputed_claims[:_ITEMS])
+        lines.extend(f"- {clip_line(c, _ITEM_CHARS)}" for c in z.disputed_claims[:_ITEMS])
     ask = ("Verify the candidate answer independently, step by step. If it is wrong, give the "
            "correct answer; otherwise confirm it. Answer in the required format.")
     budget = max_chars - len(ask) - 1

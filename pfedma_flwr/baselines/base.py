@@ -19,6 +19,7 @@ from pfedma_flwr.routing.orchestrator import (
     round_budget,
     validate_selection,
 )
+from pfedma_flwr.text import clip_line
 
 #: Characters of one quoted answer / claim in a digest sent to other agents.
 ANSWER_CHARS = 160
@@ -33,11 +34,6 @@ def query_rng(seed: int, query_id: str, round: int) -> np.random.Generator:
     return np.random.default_rng([seed, h, round])
 
 
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
 def digest(responses: Sequence[RoundResponse], *, header: str, ask: str,
            max_chars: int = DIGEST_CHARS) -> str:
     """``header``, one line per answer (``Agent k: 'answer' (because: first claim)``), ``ask``.
@@ -48,9 +44,9 @@ def digest(responses: Sequence[RoundResponse], *, header: str, ask: str,
     lines = []
     answered = [r.response for r in responses if r.response is not None]
     for k, resp in enumerate(answered, start=1):
-        line = f"- Agent {k}: '{_clip(resp.final_answer, ANSWER_CHARS)}'"
+        line = f"- Agent {k}: '{clip_line(resp.final_answer, ANSWER_CHARS)}'"
         if resp.claims:
-            line += f" (because: {_clip(resp.claims[0].claim, CLAIM_CHARS)})"
+            line += f" (because: {clip_line(resp.claims[0].claim, CLAIM_CHARS)})"
         lines.append(line)
     if not lines:
         return ""
