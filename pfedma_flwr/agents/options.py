@@ -36,6 +36,9 @@ _QUOTED = re.compile(r"'([A-J])'")
 # option labels in an agent's own text: "B. ...", "(B)", "C:" at a line's start; "option D"
 _LINE_LABEL = re.compile(r"(?m)^(\s*\(?)([A-J])(?=[.):])")
 _NAMED = re.compile(r"\b([Oo]ption\s+)([A-J])\b")
+# and an answer statement's letter: "The answer is C.", "Answer: (C)" (a capital letter
+# ending the statement or followed by its option text, never the article "A" of a sentence)
+_STATED = re.compile(r"\b([Aa]nswer\s*(?:is|:|=)\s*:?\s*\(?)([A-J])(?=[.):,]|\s*$)", re.M)
 
 ELIMINATE_INSTRUCTION = (
     "Go through the options one at a time. For each option write one short line: the letter, "
@@ -106,7 +109,7 @@ def original_labels(text: str, shown_to_original: Mapping[str, str]) -> str:
     def back(m: re.Match[str]) -> str:
         return m.group(1) + shown_to_original.get(m.group(2), m.group(2))
 
-    return _NAMED.sub(back, _LINE_LABEL.sub(back, text))
+    return _STATED.sub(back, _NAMED.sub(back, _LINE_LABEL.sub(back, text)))
 
 
 def remap_quoted_letters(text: str, shown_to_original: Mapping[str, str]) -> str:

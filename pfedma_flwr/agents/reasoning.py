@@ -13,7 +13,10 @@ response (App. D) **deterministically**, at no extra generation cost:
   ``self_confidence``; nothing extractable is a format failure (the caller re-asks once).
 * ``claims``: the reasoning's steps (lines, then sentences), the short ones merged so at most
   :data:`MAX_CLAIMS` remain and no step is dropped; the last step stays whole (a long one
-  keeps its end), so the claims state the answer they reach.
+  keeps its end), so the claims state the answer they reach. When no step names the final
+  answer (steps that argue for another option, then an answer line, often the one the repair
+  follow-up asked for), the answer line is the last claim: the claims then state the answer
+  as the evidence term expects of an honest client.
 * ``evidence`` of each claim: the sentence of the question, or the earlier step, that it shares
   most content words and numbers with (numbers count three times), quoted verbatim, so the
   evidence judge checks real support.
@@ -44,6 +47,7 @@ _ANSWER_STATEMENT = re.compile(
     r"(?i)(?:final\s+answer|the\s+answer|answer)\s*(?:is|:|=)\s*:?\s*(.+)"
 )
 _GSM = re.compile(r"####\s*(.+)")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _SENT = re.compile(r"(?<=[.?!])\s+(?=[A-Z(\d])")
 _WORD = re.compile(r"[a-z]{3,}|\d+(?:\.\d+)?")
 _STOP = frozenset(
@@ -240,6 +244,30 @@ def question_facts(question: str) -> list[str]:
     return out
 
 
+def _answer_line(text: str) -> str:
+    """The reasoning's last answer statement line (``The answer is C.``, ``#### 72``), or ``""``."""
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip().lstrip("-*• ").strip()
+        if line and (_ANSWER_STATEMENT.search(line) or _GSM.search(line)):
+            return line
+    return ""
+
+
+def _claims_state(claims: Sequence[Claim], answer: str, answer_kind: str) -> bool:
+    """Whether some claim names ``answer``: a number equal to it, the option letter alone.
+
+    The client's side of the convention the server's evidence term checks
+    (:func:`pfedma_flwr.anomaly.evidence.states_answer`); other kinds are not checked.
+    """
+    joined = "\n".join(c.claim for c in claims)
+    if answer_kind == "number":
+        return any(canonical_answer(m.group(0), "number") == answer
+                   for m in _NUMBER.finditer(joined))
+    if answer_kind == "option":
+        return re.search(rf"(?<![A-Za-z]){re.escape(answer)}(?![A-Za-z])", joined) is not None
+    return True
+
+
 def derive_response(
     text: str, *, question: str, answer_kind: str, options: Options = None,
     domain_fit: float = 0.5,
@@ -274,6 +302,16 @@ def derive_response(
                             evidence=(clip(support, MAX_EVIDENCE_CHARS),) if support else ()))
     if not claims:  # "The answer is 12." alone: the statement is the only claim
         claims.append(Claim(claim=clip(text.strip(), MAX_CLAIM_CHARS), evidence=()))
+    elif explicit and not _claims_state(claims, answer, answer_kind):
+        # Steps that argue for another option, then an answer line (often the follow-up that
+        # asks for a missing one): without the line the claims never state the answer, which
+        # the evidence term reads as an unreliable client's (anomaly/evidence.py
+        # states_answer) and halves the vote of an honest one (docs/accuracy.md, 2026-12-07)
+        line = _answer_line(text)
+        if line:
+            support = best_support(line, [*facts, *steps])
+            claims.append(Claim(claim=clip(line, MAX_CLAIM_CHARS),
+                                evidence=(clip(support, MAX_EVIDENCE_CHARS),) if support else ()))
     return Derivation(
         StructuredResponse(final_answer=answer, claims=tuple(claims),
                            domain_fit=float(min(1.0, max(0.0, domain_fit))),

@@ -53,6 +53,11 @@ def test_letters_in_refinements_claims_and_evidence_follow_the_agent_order():
     # an article at a line's start is not an option label
     assert mc.original_labels("A patient with B symptoms", shown) == "A patient with B symptoms"
     assert mc.original_letter("d", shown) == "B" and mc.original_letter("X", shown) == "X"
+    # an answer statement's letter too (the answer line a claim can be), never an article
+    assert mc.original_labels("The answer is C. Celiac artery", shown) == \
+        "The answer is D. Celiac artery"
+    assert mc.original_labels("Answer: (A)", shown) == "Answer: (C)"
+    assert mc.original_labels("so the answer is A drug", shown) == "so the answer is A drug"
 
 
 def _agent(backend, **kw) -> ClientAgent:

@@ -135,6 +135,46 @@ def test_derive_medqa_response_option_lines_are_evidence():
     assert r.claims[1].evidence == ("B. Right coronary artery",)
 
 
+# The pharmacologist's round-1 reply to unseen medqa-test-0186 (2026-12-07), in its own option
+# order, with the answer line the repair follow-up added: the step argues for A, the line says C.
+TURNER_Q = ("A 10-year-old Caucasian female with Turner's syndrome underwent an abdominal imaging "
+            "study and was discovered that the poles of her kidneys were fused inferiorly. Normal "
+            "ascension of kidney during embryological development would be prevented by which of "
+            "the following anatomical structures?\nA. Splenic artery\nB. Superior mesenteric "
+            "artery\nC. Inferior mesenteric artery\nD. Celiac artery")
+TURNER_REPLY = ("A. Splenic artery\n\nThe poles of the kidneys are fused inferiorly because the "
+                "splenic artery, which supplies blood to the spleen, is located inferior to the "
+                "poles of the kidneys.\nThe answer is C. Inferior mesenteric artery")
+
+
+def test_an_answer_no_step_states_gets_its_answer_line_as_the_last_claim():
+    r = derive_response(TURNER_REPLY, question=TURNER_Q, answer_kind="option").response
+    assert r is not None and r.final_answer == "C"
+    # the step, then the answer line (without it no claim names C: the evidence term reads the
+    # reply as an unreliable client's and its vote weighs half)
+    assert [c.claim for c in r.claims] == [
+        reasoning_steps(TURNER_REPLY)[0], "The answer is C. Inferior mesenteric artery"]
+    assert r.claims[1].evidence == ("C. Inferior mesenteric artery",)
+    assert states_answer(r, "option")
+    # numbers: a step with another number does not state 14; the line is added once
+    text = "Step 1: 3 apples plus 4 apples is 7 apples.\nStep 2: doubling gives 15.\nThe answer is 14."
+    claims = [c.claim for c in derive_response(text, question="q", answer_kind="number")
+              .response.claims]
+    assert claims == ["Step 1: 3 apples plus 4 apples is 7 apples.", "Step 2: doubling gives 15.",
+                      "The answer is 14."]
+
+
+def test_steps_that_state_the_answer_get_no_extra_claim():
+    # GSM_COT's last step computes 18, MED_COT names B: nothing is added
+    for text, q, kind in ((GSM_COT, GSM_Q, "number"), (MED_COT, MED_Q, "option")):
+        r = derive_response(text, question=q, answer_kind=kind).response
+        assert [c.claim for c in r.claims] == reasoning_steps(text)
+    # without an answer line (the fallback answer) there is no line to add
+    fallback = derive_response("16 - 7 = 9 and 9 * 2 = 18 eggs", question=GSM_Q,
+                               answer_kind="number").response
+    assert [c.claim for c in fallback.claims] == ["16 - 7 = 9 and 9 * 2 = 18 eggs"]
+
+
 def test_derive_without_answer_is_a_format_failure():
     der = derive_response("Let me think about the eggs", question=GSM_Q, answer_kind="number")
     assert der.response is None and der.error.startswith("no_answer")
