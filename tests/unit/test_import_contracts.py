@@ -31,7 +31,7 @@ SHARED = (
     "pfedma_flwr.config_schema", "pfedma_flwr.config_yaml",
     "pfedma_flwr.embeddings", "pfedma_flwr.equations", "pfedma_flwr.logs",
     "pfedma_flwr.persistence", "pfedma_flwr.registry",
-    "pfedma_flwr.resources", "pfedma_flwr.judging", "pfedma_flwr.run_config",
+    "pfedma_flwr.resources", "pfedma_flwr.judging", "pfedma_flwr.run_config", "pfedma_flwr.text",
 )
 SHELLS = ("pfedma_flwr.server_app", "strategies", "client_apps")
 # The top level of pfedma_flwr/: a new flat module needs a decision about its layer here.
@@ -39,7 +39,7 @@ TOP_LEVEL = {
     "__init__", "__main__", "_app", "agents", "aggregation", "anomaly", "answers", "baselines",
     "cli", "client", "config", "config_checks", "config_schema", "config_yaml", "data", "embeddings", "equations",
     "experiments", "judging", "logs", "persistence", "protocol", "registry", "resources",
-    "routing", "rules", "run_config", "server", "server_app", "testing", "training",
+    "routing", "rules", "run_config", "server", "server_app", "testing", "text", "training",
 }
 # Server side: the engine and everything the ServerApp builds it from.
 SERVER_ROOTS = (
