@@ -52,3 +52,34 @@ def federation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[...,
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def tiny_preset(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[dict, Path]]:
+    """``tiny_preset(name)`` → (result, output dir): a preset's tiny run, once per session.
+
+    Several modules check the same tiny run (every preset's table and plots; the six rule
+    modes' differences); the run is deterministic, so they share one (each read-only) instead
+    of paying it twice.
+    """
+    from pfedma_flwr.agents.backends import make_backend
+    from pfedma_flwr.experiments import run_experiment
+    from tests.strategy.test_experiments import fakegrid_executor
+
+    done: dict[str, tuple[dict, Path]] = {}
+
+    def run(name: str) -> tuple[dict, Path]:
+        if name not in done:
+            out = tmp_path_factory.mktemp(f"tiny-{name}")
+            client_components.build_agent.cache_clear()
+            make_backend.cache_clear()
+            try:
+                result = run_experiment(name, size="tiny", output_dir=out,
+                                        executor=fakegrid_executor)
+            finally:
+                client_components.build_agent.cache_clear()
+                make_backend.cache_clear()
+            done[name] = (result, out)
+        return done[name]
+
+    return run

@@ -65,9 +65,9 @@ def test_presets_cover_the_papers_experiments():
 
 
 @pytest.mark.parametrize("name", sorted(preset_names()))
-def test_preset_runs_at_tiny_size(name: str, tmp_path: Path):
+def test_preset_runs_at_tiny_size(name: str, tiny_preset):
     preset = load_preset(name)
-    result = run_experiment(name, size="tiny", output_dir=tmp_path, executor=fakegrid_executor)
+    result, tmp_path = tiny_preset(name)
     variants = preset.variants()
     rows = _read_csv(tmp_path / "results.csv")
     assert len(rows) == len(variants)

@@ -29,14 +29,7 @@ from typing import Any
 
 import pytest
 
-from client_apps.agent_app import app as client_app
-from pfedma_flwr.agents.backends import make_backend
-from pfedma_flwr.client import components as client_components
-from pfedma_flwr.config import load_config
 from pfedma_flwr.data.bench_agentic import MIND2WEB_SC_RULES as RULES
-from pfedma_flwr.experiments import VariantRun, run_experiment
-from pfedma_flwr.server_app import run_server
-from pfedma_flwr.testing import FakeGrid
 
 pytestmark = pytest.mark.slow
 logger = logging.getLogger(__name__)
@@ -44,19 +37,10 @@ MODES = ("NR", "SR", "LE", "G2L", "L2G", "full")
 DATA = Path(__file__).resolve().parents[2] / "data"
 
 
-def _executor(v: VariantRun) -> None:
-    client_components.build_agent.cache_clear()
-    make_backend.cache_clear()
-    rc = {"config-name": v.config, "output-dir": str(v.output_dir), "overrides": v.overrides}
-    assert run_server(FakeGrid(client_app, v.num_clients, rc), load_config(rc))["status"] == \
-        "completed"
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("rules_ablation")
-    result = run_experiment("rules_ablation", size="tiny", output_dir=out, executor=_executor)
-    client_components.build_agent.cache_clear()
+def runs(tiny_preset) -> dict[str, Path]:
+    # the same tiny run test_experiments checks for its table (one run per session)
+    result, out = tiny_preset("rules_ablation")
     logger.warning("rules_ablation tiny:\n%s", (out / "results.md").read_text())
     assert {r["labels"]["rules"] for r in result["rows"]} == set(MODES)
     return {m: out / "runs" / f"rules={m}" for m in MODES}
