@@ -308,7 +308,8 @@ def derive_response(
         # the evidence term reads as an unreliable client's (anomaly/evidence.py
         # states_answer) and halves the vote of an honest one (docs/accuracy.md, 2026-12-07)
         line = _answer_line(text)
-        if line:
+        # only a line that names this answer (a \boxed{} answer can differ from the last line)
+        if line and _claims_state([Claim(claim=line, evidence=())], answer, answer_kind):
             support = best_support(line, [*facts, *steps])
             claims.append(Claim(claim=clip(line, MAX_CLAIM_CHARS),
                                 evidence=(clip(support, MAX_EVIDENCE_CHARS),) if support else ()))

@@ -173,6 +173,10 @@ def test_steps_that_state_the_answer_get_no_extra_claim():
     fallback = derive_response("16 - 7 = 9 and 9 * 2 = 18 eggs", question=GSM_Q,
                                answer_kind="number").response
     assert [c.claim for c in fallback.claims] == ["16 - 7 = 9 and 9 * 2 = 18 eggs"]
+    # an answer line that names another answer than the boxed one is not added either
+    boxed = "Step 1: we add 3 and 4 first.\nThe answer is 5.\nSo it is \\boxed{7}."
+    r = derive_response(boxed, question="q", answer_kind="number").response
+    assert r.final_answer == "7" and all("answer is 5" not in c.claim for c in r.claims)
 
 
 def test_derive_without_answer_is_a_format_failure():
