@@ -353,6 +353,32 @@ def answers_equal(a: str, b: str, kind: str, *, options: Options = None) -> bool
     return False
 
 
+#: a number as it is written in a claim ("1,200", "-3.5"): the candidates :func:`names_answer` reads
+_WRITTEN_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def names_answer(text: str, answer: str, kind: str, *, options: Options = None) -> bool:
+    """Whether ``text`` names ``answer``: one convention for a response's claims.
+
+    ``number``: some number written in ``text`` equals ``answer`` (:func:`answers_equal`);
+    ``option``: the answer's letter stands alone, or the option's text appears (when
+    ``options`` are given); other kinds are not checked (``True``). The server's evidence term
+    (:func:`pfedma_flwr.anomaly.evidence.states_answer`) and the client's derivation of claims
+    (:func:`pfedma_flwr.agents.reasoning.derive_response`) both read it.
+    """
+    if kind == "number":
+        return any(answers_equal(m.group(0), answer, kind)
+                   for m in _WRITTEN_NUMBER.finditer(text))
+    if kind != "option":
+        return True
+    letter = canonical_answer(answer, kind, options=options)
+    if re.search(rf"(?<![A-Za-z]){re.escape(letter)}(?![A-Za-z])", text):
+        return True
+    opts = dict(options) if isinstance(options, Mapping) else {}
+    option_text = str(opts.get(letter, "")).strip().casefold()
+    return bool(option_text) and option_text in text.casefold()
+
+
 def is_correct(pred: str, gold: str, kind: str, *, options: Options = None) -> bool | None:
     """Whether a predicted answer matches the gold answer (gold is math-verify's reference).
 

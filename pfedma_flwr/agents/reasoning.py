@@ -33,7 +33,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pfedma_flwr.agents.actions import action_answer, parse_action
-from pfedma_flwr.answers import ANSWER_KINDS, OPEN_KINDS, Options, canonical_answer, last_boxed
+from pfedma_flwr.answers import (
+    ANSWER_KINDS,
+    OPEN_KINDS,
+    Options,
+    canonical_answer,
+    last_boxed,
+    names_answer,
+)
 from pfedma_flwr.protocol.schema import Claim, StructuredResponse
 from pfedma_flwr.text import clip, clip_start
 
@@ -47,7 +54,6 @@ _ANSWER_STATEMENT = re.compile(
     r"(?i)(?:final\s+answer|the\s+answer|answer)\s*(?:is|:|=)\s*:?\s*(.+)"
 )
 _GSM = re.compile(r"####\s*(.+)")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _SENT = re.compile(r"(?<=[.?!])\s+(?=[A-Z(\d])")
 _WORD = re.compile(r"[a-z]{3,}|\d+(?:\.\d+)?")
 _STOP = frozenset(
@@ -253,21 +259,6 @@ def _answer_line(text: str) -> str:
     return ""
 
 
-def _claims_state(claims: Sequence[Claim], answer: str, answer_kind: str) -> bool:
-    """Whether some claim names ``answer``: a number equal to it, the option letter alone.
-
-    The client's side of the convention the server's evidence term checks
-    (:func:`pfedma_flwr.anomaly.evidence.states_answer`); other kinds are not checked.
-    """
-    joined = "\n".join(c.claim for c in claims)
-    if answer_kind == "number":
-        return any(canonical_answer(m.group(0), "number") == answer
-                   for m in _NUMBER.finditer(joined))
-    if answer_kind == "option":
-        return re.search(rf"(?<![A-Za-z]){re.escape(answer)}(?![A-Za-z])", joined) is not None
-    return True
-
-
 def derive_response(
     text: str, *, question: str, answer_kind: str, options: Options = None,
     domain_fit: float = 0.5,
@@ -302,14 +293,15 @@ def derive_response(
                             evidence=(clip(support, MAX_EVIDENCE_CHARS),) if support else ()))
     if not claims:  # "The answer is 12." alone: the statement is the only claim
         claims.append(Claim(claim=clip(text.strip(), MAX_CLAIM_CHARS), evidence=()))
-    elif explicit and not _claims_state(claims, answer, answer_kind):
+    elif explicit and not names_answer("\n".join(c.claim for c in claims), answer,
+                                        answer_kind):
         # Steps that argue for another option, then an answer line (often the follow-up that
         # asks for a missing one): without the line the claims never state the answer, which
         # the evidence term reads as an unreliable client's (anomaly/evidence.py
         # states_answer) and halves the vote of an honest one (docs/accuracy.md, 2026-12-07)
         line = _answer_line(text)
         # only a line that names this answer (a \boxed{} answer can differ from the last line)
-        if line and _claims_state([Claim(claim=line, evidence=())], answer, answer_kind):
+        if line and names_answer(line, answer, answer_kind):
             support = best_support(line, [*facts, *steps])
             claims.append(Claim(claim=clip(line, MAX_CLAIM_CHARS),
                                 evidence=(clip(support, MAX_EVIDENCE_CHARS),) if support else ()))

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from pfedma_flwr.answers import AnswerKind, Options, answers_equal, canonical_answer
+from pfedma_flwr.answers import AnswerKind, Options, names_answer
 from pfedma_flwr.protocol.schema import StructuredResponse
 from pfedma_flwr.rules.normalize import text_key
 
@@ -103,9 +103,6 @@ def claim_supports(judge: Any, responses: Sequence[StructuredResponse],
     return list(supports)
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
 def states_answer(r: StructuredResponse, kind: str, options: Options = None) -> bool:
     """Whether the response's own claims or evidence state its final answer.
 
@@ -118,16 +115,7 @@ def states_answer(r: StructuredResponse, kind: str, options: Options = None) -> 
     checked = kind in (AnswerKind.NUMBER, AnswerKind.OPTION)
     if not texts or not checked or not r.final_answer.strip():
         return True
-    joined = "\n".join(texts)
-    if kind == "number":
-        return any(answers_equal(m.group(0), r.final_answer, kind)
-                   for m in _NUMBER.finditer(joined))
-    letter = canonical_answer(r.final_answer, kind, options=options)
-    if re.search(rf"(?<![A-Za-z]){re.escape(letter)}(?![A-Za-z])", joined):
-        return True
-    opts = dict(options) if isinstance(options, Mapping) else {}
-    text = str(opts.get(letter, "")).strip().casefold()
-    return bool(text) and text in joined.casefold()
+    return names_answer("\n".join(texts), r.final_answer, kind, options=options)
 
 
 __all__ = ["MAX_QUERY_LINES", "MAX_REFERENCES", "claim_supports", "independent_evidence",

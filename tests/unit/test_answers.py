@@ -133,3 +133,16 @@ def test_a_runaway_integer_is_canonical_not_an_error(digits):
     assert answers_equal(big, f"{big}.0", "number")
     assert not answers_equal(big, "9" * (digits + 1), "number")
     assert canonical_answer("1" * 40 + ".5", "number").startswith("1111")  # rounded, no error
+
+
+def test_names_answer_one_convention_for_numbers_and_options():
+    from pfedma_flwr.answers import names_answer
+
+    # numbers as written in a claim, equal by value ("1,200" is 1200; 14 is not 15)
+    assert names_answer("so the total is 1,200 dollars", "1200", "number")
+    assert not names_answer("doubling gives 15", "14", "number")
+    # a letter alone, never inside a word; the option's text when options are given
+    assert names_answer("The answer is C. Celiac artery", "C", "option")
+    assert not names_answer("Clearly the Celiac artery", "C", "option")
+    assert names_answer("the celiac artery it is", "C", "option", options={"C": "Celiac artery"})
+    assert names_answer("anything", "x + 1", "math")  # other kinds are not checked
