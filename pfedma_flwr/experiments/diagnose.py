@@ -15,8 +15,10 @@ attempts), the share of queries the federation stopped after one round on a wron
 and how the final answers fared where round 1's members agreed and where they split. On
 multiple choice each score comes with the exact one-sided binomial p-value against guessing
 (one option at random): a vote among members that guess is itself a guess, whatever the
-orchestration does. Nothing here uses ground truth during a run; gold is read from the run's
-records and the benchmark files only to score what the run did.
+orchestration does. Where the routing policy recorded why it picked (the heuristic's score
+parts, ``rounds.jsonl`` ``routing``), it counts what put each selection's last client ahead of
+the first one left out (:func:`decided_by`). Nothing here uses ground truth during a run;
+gold is read from the run's records and the benchmark files only to score what the run did.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.experiments.analysis import RunData, load_run
 from pfedma_flwr.experiments.compare import guessing_rates
 from pfedma_flwr.experiments.stats import above_chance
+from pfedma_flwr.routing.orchestrator import TIER_PARTS
 
 LOSSES = ("never_produced", "filtered", "outvoted")
 
@@ -161,6 +164,50 @@ def round_one_agreement(tr: Mapping[str, QueryTrace], ref: Mapping[str, bool]
     return {b: dict(sorted(v.items())) for b, v in sorted(out.items())}
 
 
+def decided_by(chosen: Mapping[str, float], left: Mapping[str, float]) -> str:
+    """What put ``chosen`` (a selection's last client) ahead of ``left`` (the first left out).
+
+    Both are a heuristic selection's reasons (``rounds.jsonl`` ``routing``): the first tier part
+    that differs, else the score part that favoured ``chosen`` most. The score difference is
+    split exactly into parts, ``(C + sim)/2·S`` by the midpoint rule
+    (``a₁b₁ − a₂b₂ = (a₁ − a₂)(b₁ + b₂)/2 + (a₁ + a₂)(b₁ − b₂)/2``), plus ``bonus`` and ``−cost``.
+    """
+    for t in TIER_PARTS:
+        if float(chosen.get(t, 0.0)) != float(left.get(t, 0.0)):
+            return t
+    g = {k: (float(chosen.get(k, 0.0)), float(left.get(k, 0.0)))
+         for k in ("C", "sim", "S", "bonus", "cost")}
+    s_mid = (g["S"][0] + g["S"][1]) / 2.0
+    parts = {"C": (g["C"][0] - g["C"][1]) / 2.0 * s_mid,
+             "sim": (g["sim"][0] - g["sim"][1]) / 2.0 * s_mid,
+             "S": (g["C"][0] + g["sim"][0] + g["C"][1] + g["sim"][1]) / 4.0
+             * (g["S"][0] - g["S"][1]),
+             "bonus": g["bonus"][0] - g["bonus"][1],
+             "cost": g["cost"][1] - g["cost"][0]}
+    best = max(parts, key=lambda k: (parts[k], k))
+    return best if parts[best] > 0 else "tie"
+
+
+def routing_decisions(run: RunData) -> dict[str, dict[str, Counter[str]]]:
+    """Benchmark → ``"round 1"`` / ``"later rounds"`` → what decided each selection's last pick.
+
+    Read from the ``routing`` reasons a heuristic policy writes into ``rounds.jsonl``; queries
+    without them (another policy, an older run) are skipped.
+    """
+    out: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    bench = {str(r["query_id"]): str(r.get("benchmark", "")) for r in run.queries}
+    for rnd in run.rounds:
+        for q in rnd.get("queries", []):
+            why, sel = q.get("routing"), q.get("selected") or []
+            if not isinstance(why, Mapping) or not sel or sel[-1] not in why:
+                continue
+            left = [c for c in why if c not in sel]
+            kind = "round 1" if int(q.get("t", 1)) <= 1 else "later rounds"
+            b = bench.get(str(q.get("query_id", "")), "")
+            out[b][kind][decided_by(why[sel[-1]], why[left[0]]) if left else "no one left"] += 1
+    return out
+
+
 def benchmark_accuracy(outcomes: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
     """Benchmark → (correct, scored) over ``(benchmark, correct)`` final answers."""
     acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -211,6 +258,8 @@ def diagnose(run_dir: Path, reference_dir: Path | None = None) -> dict[str, Any]
                          for c, d in run.summary.get("clients", {}).items()
                          if isinstance(d, Mapping)},
             "round_one": round_one_agreement(tr, ref),
+            "routing": {b: {k: dict(c) for k, c in v.items()}
+                        for b, v in sorted(routing_decisions(run).items())},
             "lost_vs_reference": lost_vs_ref, "won_vs_reference": won_vs_ref,
             "on_common": _common(tr, ref)}
 
@@ -264,6 +313,13 @@ def to_markdown(d: Mapping[str, Any]) -> str:
                 refc = f"{c['reference']}/{c['ref_n']}" if c["ref_n"] else "-"
                 lines.append(f"| {b} | {kind} | {c['n']} | {c['produced']} | {c['run']} | "
                              f"{refc} |")
+    if d.get("routing"):
+        lines += ["", "What put each selection's last client ahead of the first one left out "
+                  "(a tier part, else the score part that favoured it most):", "",
+                  "| benchmark | rounds | decided by |", "|---|---|---|"]
+        lines += [f"| {b} | {kind} | " + ", ".join(f"{k} {n}" for k, n in sorted(
+                      c.items(), key=lambda kv: (-kv[1], kv[0]))) + " |"
+                  for b, kinds in d["routing"].items() for kind, c in sorted(kinds.items())]
     for key, title in (("lost_vs_reference", "Lost (reference right, run wrong)"),
                        ("won_vs_reference", "Won (run right, reference wrong)")):
         if d.get(key):

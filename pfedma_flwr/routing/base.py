@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -64,6 +64,10 @@ class Selection:
     clients: tuple[str, ...] = ()
     stop: bool = False
     reason: str = ""
+    # why, for the run's record (``rounds.jsonl`` ``routing``): per client id the terms of its
+    # score, for the chosen clients and the first one left out; empty when a policy says nothing
+    why: Mapping[str, Mapping[str, float]] = field(default_factory=dict, compare=False,
+                                                    repr=False)
 
     @classmethod
     def stop_now(cls, reason: str = "") -> Selection:

@@ -38,15 +38,18 @@ if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import here wo
     from pfedma_flwr.aggregation.consensus import CollabState
 
 __all__ = [
-    "ORCHESTRATORS", "AgentView", "BaseOrchestrator", "CandidateState", "HeuristicOrchestrator",
-    "Orchestrator", "OrchestratorQuery", "QueryOutcome", "RandomOrchestrator", "Selection",
-    "as_orchestrator", "round_budget", "should_stop", "validate_selection", "votes_needed",
+    "ORCHESTRATORS", "TIER_PARTS", "AgentView", "BaseOrchestrator", "CandidateState",
+    "HeuristicOrchestrator", "Orchestrator", "OrchestratorQuery", "QueryOutcome",
+    "RandomOrchestrator", "Selection", "as_orchestrator", "round_budget", "should_stop",
+    "validate_selection", "votes_needed",
 ]
 
 logger = logging.getLogger(__name__)
 
 
 MIN_AGREEING = 2  # the stopping rule's "at least 2 agreeing retained responses"
+# the parts of a candidate's tier, in the order the heuristic compares them (Selection.why)
+TIER_PARTS = ("filtered", "off_domain", "asked_again", "way")
 
 
 def should_stop(z: CollabState | None, round: int, stop_support: float) -> bool:
@@ -142,6 +145,16 @@ class HeuristicOrchestrator(BaseOrchestrator):
         self, query: OrchestratorQuery, candidates: Sequence[CandidateState]
     ) -> list[float]:
         """``score_i`` of each candidate, in order (§3.12)."""
+        return [float(v) for v in self.terms(query, candidates)["score"]]
+
+    def terms(
+        self, query: OrchestratorQuery, candidates: Sequence[CandidateState]
+    ) -> dict[str, np.ndarray]:
+        """The parts of ``score_i`` of each candidate, in order (§3.12).
+
+        ``C``, ``sim`` (query-profile cosine), ``S``, ``bonus``, ``cost`` (the price penalty)
+        and ``score``; each an array over the candidates.
+        """
         q = self._embed(query.text, query.embedding, f"query {query.query_id!r}")
         missing = [c.profile for c in candidates if c.profile_embedding is None]
         if missing and self.embedder is None:
@@ -157,7 +170,7 @@ class HeuristicOrchestrator(BaseOrchestrator):
                 )
             rows.append(p)
         if not rows:
-            return []
+            return {k: np.zeros(0) for k in ("C", "sim", "S", "bonus", "cost", "score")}
         # one matrix-vector product and array arithmetic: at N = 1,000 candidates per query a
         # Python loop over them was the server's largest cost (bench/bench_server_scale.py)
         d = query.domain
@@ -168,11 +181,11 @@ class HeuristicOrchestrator(BaseOrchestrator):
         rel = (np.array([c.state.reliability for c in candidates]) if self.use_reliability
                else np.ones(len(rows)))
         bonus = self.exploration_c * np.sqrt(math.log1p(asked.sum()) / (1.0 + asked))
-        score = (cap + sims) / 2.0 * rel + bonus
         prices = np.array([c.price or 0.0 for c in candidates], dtype=np.float64)
-        if self.cost_weight and prices.max() > 0:
-            score = score - self.cost_weight * prices / prices.max()
-        return [float(v) for v in score]
+        cost = (self.cost_weight * prices / prices.max() if self.cost_weight and prices.max() > 0
+                else np.zeros(len(rows)))
+        score = (cap + sims) / 2.0 * rel + bonus - cost
+        return {"C": cap, "sim": sims, "S": rel, "bonus": bonus, "cost": cost, "score": score}
 
     def stop_before_routing(self, z: CollabState | None, *, round: int) -> str | None:
         """The STOP reason that needs no candidates (§3.12's stopping rule), else ``None``.
@@ -199,7 +212,9 @@ class HeuristicOrchestrator(BaseOrchestrator):
             return Selection.stop_now("no candidates")
         if (reason := self.stop_before_routing(z, round=round)) is not None:
             return Selection.stop_now(reason)
-        scored = sorted(zip(self.scores(query, candidates), candidates, strict=True),
+        parts = self.terms(query, candidates)
+        index = {c.client_id: i for i, c in enumerate(candidates)}
+        scored = sorted(zip(parts["score"].tolist(), candidates, strict=True),
                         key=lambda sc: (-sc[0], sc[1].client_id))
         # Stable sort, each part still by score: in-domain clients not yet asked, then in-domain
         # ones again (a fresh, independently sampled attempt), then off-domain ones (DESIGN
@@ -234,7 +249,14 @@ class HeuristicOrchestrator(BaseOrchestrator):
         if round > 1 and self.adaptive_k:
             n = votes_needed(z, k)
         chosen = tuple(c.client_id for _, c in scored[:n])
-        return validate_selection(Selection(chosen), [c.client_id for c in candidates], k)
+        # the chosen and the first left out, with the parts of their scores and of their tier:
+        # what decided the pick, per query (a tier is compared before the score)
+        why = {c.client_id: {**{t: float(np.round(v[index[c.client_id]], 4))
+                                for t, v in parts.items()},
+                             **dict(zip(TIER_PARTS, map(float, tier(c)), strict=True))}
+               for _, c in scored[:n + 1]}
+        return validate_selection(Selection(chosen, why=why), [c.client_id for c in candidates],
+                                  k)
 
     def summary(self) -> None:
         """Log the configuration."""

@@ -92,4 +92,6 @@ def query_log(q: QueryState, cids: Sequence[str], grp: Sequence[Any], res: Seque
         "responses": response_views(cids, grp),
         "z": q.z.to_dict() if q.z is not None else {},
         **({"client_errors": dict(errs)} if errs else {}),
+        # what decided the selection (the heuristic's score parts and tiers), when said
+        **({"routing": q.why} if q.why else {}),
     }

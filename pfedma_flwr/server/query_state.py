@@ -126,6 +126,8 @@ class QueryState:
     asked: set[str] = field(default_factory=set)
     selections: list[list[str]] = field(default_factory=list)
     routed: dict[str, RoutedQuery] = field(default_factory=dict)
+    # the policy's reasons for the round in flight (Selection.why), for rounds.jsonl only
+    why: dict[str, Any] = field(default_factory=dict)
     tokens: int = 0
     backend_calls: float = 0.0
     query_rules_fired: int = 0

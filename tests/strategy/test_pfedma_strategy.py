@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from pfedma_flwr.protocol.codec import PAYLOAD_KEY, QUERY_RESPOND, decode_instruction
@@ -29,6 +30,16 @@ def test_run_writes_results_and_respects_selection_bounds(federation, tmp_path: 
         assert all(1 <= len(sel) <= 2 for sel in q["selections"])
         assert len(set(q["selections"][0])) == len(q["selections"][0])
     assert len(rounds) == max(r["round"] for r in rounds)
+    # each query's round record says why its clients were chosen: every chosen client's score
+    # parts, and at most one more (the first left out) that scored no higher in the same tier
+    for r in rounds:
+        for q in r["queries"]:
+            why = q["routing"]
+            assert set(q["selected"]) <= set(why) and len(why) <= len(q["selected"]) + 1
+            for parts in why.values():
+                assert parts["score"] == pytest.approx(
+                    (parts["C"] + parts["sim"]) / 2 * parts["S"] + parts["bonus"] - parts["cost"],
+                    abs=2e-4)
     # one message per selected node per Flower round, never more
     for r in rounds:
         sent = [m for m in _respond_msgs(grid) if m.metadata.group_id == str(r["round"])]

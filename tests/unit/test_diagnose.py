@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from pfedma_flwr.data.benchmarks import load_benchmark
-from pfedma_flwr.experiments.diagnose import diagnose, main, to_markdown
+from pfedma_flwr.experiments.diagnose import decided_by, diagnose, main, to_markdown
 
 
 def _write_run(d: Path, finals: dict[str, tuple[str, bool, int]],
@@ -118,3 +118,45 @@ def test_a_split_that_no_round_resolves_is_counted_apart(tmp_path):
         {a: {"c0": (gold[a], True), "c1": (w1[a], True)}}, {a: {"c1": (w1[a], True)}}])
     assert list(diagnose(again)["round_one"]["gsm8k"]) == ["split, no majority"]
     assert "| gsm8k | split, no majority | 2 | 1 | 1 | - |" in to_markdown(d)
+
+
+def _why(c, sim, s, bonus=0.0, cost=0.0, **tier):
+    return {"C": c, "sim": sim, "S": s, "bonus": bonus, "cost": cost,
+            "score": (c + sim) / 2 * s + bonus - cost,
+            **{t: float(tier.get(t, 0.0)) for t in ("filtered", "off_domain", "asked_again",
+                                                    "way")}}
+
+
+def test_what_decided_a_pick_is_the_first_differing_tier_else_the_largest_score_part():
+    # a tier part is compared before any score
+    assert decided_by(_why(0.1, 0.1, 0.5), _why(0.9, 0.9, 0.9, asked_again=1)) == "asked_again"
+    # the test run's MedQA re-asks (routing.clients at its end, query similarities of
+    # docs/experiments.md): physician C .247, sim .29, S .84 against the pharmacologist's
+    # C .270, sim .15, S .667. S mid .7535; parts: C (.247 - .270)/2 * .7535 = -.0087,
+    # sim (.29 - .15)/2 * .7535 = +.0527, S (.537 + .420)/4 * .173 = +.0414: similarity decides
+    phys, pharm = _why(0.247, 0.29, 0.84), _why(0.270, 0.15, 0.667)
+    assert decided_by(phys, pharm) == "sim"
+    # the parts add up to the score difference (midpoint rule), so the winner is well defined
+    assert decided_by(_why(0.5, 0.5, 0.9), _why(0.5, 0.5, 0.5)) == "S"
+    assert decided_by(_why(0.5, 0.5, 0.5, bonus=0.2), _why(0.5, 0.5, 0.5)) == "bonus"
+    assert decided_by(_why(0.5, 0.5, 0.5), _why(0.5, 0.5, 0.5, cost=0.1)) == "cost"
+    assert decided_by(_why(0.5, 0.5, 0.5), _why(0.5, 0.5, 0.5)) == "tie"
+
+
+def test_routing_reasons_in_the_round_records_are_counted_per_benchmark_and_round(tmp_path):
+    gold = {t.task_id: t.gold for t in load_benchmark("gsm8k")[:2]}
+    a, b = list(gold)
+    run = tmp_path / "fed"
+    _write_run(run, {a: (gold[a], True, 2), b: (gold[b], True, 1)},
+               [{a: {"c0": (gold[a], True)}, b: {"c0": (gold[b], True)}},
+                {a: {"c1": (gold[a], True)}}])
+    lines = [json.loads(x) for x in (run / "rounds.jsonl").read_text().splitlines()]
+    lines[0]["queries"][0].update(selected=["c0"], routing={
+        "c0": _why(0.5, 0.9, 0.5), "c1": _why(0.5, 0.2, 0.5)})          # sim
+    lines[0]["queries"][1].update(selected=["c0"])                       # no reasons: skipped
+    lines[1]["queries"][0].update(selected=["c1"], routing={
+        "c1": _why(0.5, 0.2, 0.5), "c0": _why(0.5, 0.9, 0.5, asked_again=1)})
+    (run / "rounds.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    d = diagnose(run)
+    assert d["routing"] == {"gsm8k": {"round 1": {"sim": 1}, "later rounds": {"asked_again": 1}}}
+    assert "| gsm8k | later rounds | asked_again 1 |" in to_markdown(d)

@@ -47,6 +47,24 @@ def test_scores_round_one_top_k():
     assert orch(k_max=5).select(Q, None, cands, round=1).clients == ("a", "c", "b")
 
 
+def test_selection_says_why_with_the_score_parts_of_the_chosen_and_the_first_left_out():
+    # the numbers of test_scores_round_one_top_k: a .375 and c .275 chosen, b .125 left out
+    sel = orch().select(Q, None, [cand("b"), cand("c", asked_now=True), cand("a")], round=1)
+    assert sel.clients == ("a", "c") and set(sel.why) == {"a", "b", "c"}
+    assert sel.why["a"] == {"C": 0.5, "sim": 1.0, "S": 0.5, "bonus": 0.0, "cost": 0.0,
+                            "score": 0.375, "filtered": 0.0, "off_domain": 0.0,
+                            "asked_again": 0.0, "way": 0.0}
+    assert sel.why["c"]["sim"] == pytest.approx(0.6) and sel.why["c"]["score"] == 0.275
+    # round 2: c was asked for this query, so b (not asked) comes first although it scores less
+    later = orch(k_max=1).select(Q, None, [cand("b"), cand("c", asked_now=True)], round=2)
+    assert later.clients == ("b",)
+    assert later.why["c"]["asked_again"] == 1.0 and later.why["b"]["asked_again"] == 0.0
+    assert later.why["c"]["score"] > later.why["b"]["score"]
+    # a selection without reasons (a plug-in policy) compares and prints as before
+    assert Selection(("a",)) == Selection(("a",), why={"a": {"score": 1.0}})
+    assert "why" not in repr(Selection(("a",)))
+
+
 def test_exploration_bonus():
     # asks for math: a 3, b 0, c 1 → n_total 4; with c=1 bonus = sqrt(ln 5/(1+n_i)):
     # a .375+sqrt(1.6094/4)=.375+.6343=1.0093; b .125+1.2686=1.3936; c .275+.8971=1.1721
