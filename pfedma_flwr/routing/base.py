@@ -13,6 +13,7 @@ only ever talks to a :class:`BaseOrchestrator`.
 from __future__ import annotations
 
 import logging
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,27 @@ class Selection:
     # score, for the chosen clients and the first one left out; empty when a policy says nothing
     why: Mapping[str, Mapping[str, float]] = field(default_factory=dict, compare=False,
                                                     repr=False)
+
+    def why_record(self) -> dict[str, dict[str, float]]:
+        """``why`` as the run's record keeps it: finite numbers, for the chosen and one more.
+
+        What a plug-in policy put there that is not a finite number is left out, so the record
+        stays JSON and bounded whatever a policy returns.
+        """
+        out: dict[str, dict[str, float]] = {}
+        for cid, parts in list(self.why.items())[: len(self.clients) + 1]:
+            if not isinstance(parts, Mapping):
+                continue
+            nums = {}
+            for k, v in parts.items():
+                try:
+                    x = float(v)
+                except (TypeError, ValueError, OverflowError):
+                    continue
+                if math.isfinite(x):
+                    nums[str(k)[:32]] = x
+            out[str(cid)] = nums
+        return out
 
     @classmethod
     def stop_now(cls, reason: str = "") -> Selection:

@@ -233,7 +233,7 @@ class CollaborationEngine:
             rq, pin = self._pose(q, domain, global_rules)
             view = hooks.composer(self.orchestrator, q, rq, sel.clients, self.clients, pin)
             q.selections.append(list(sel.clients))
-            q.why = {c: dict(v) for c, v in sel.why.items()}
+            q.why = sel.why_record()
             for c in sel.clients:
                 q.asked.add(c)
                 q.routed[c] = view(c)

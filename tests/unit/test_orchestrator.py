@@ -60,6 +60,10 @@ def test_selection_says_why_with_the_score_parts_of_the_chosen_and_the_first_lef
     assert later.clients == ("b",)
     assert later.why["c"]["asked_again"] == 1.0 and later.why["b"]["asked_again"] == 0.0
     assert later.why["c"]["score"] > later.why["b"]["score"]
+    # what a plug-in policy says is recorded as numbers only, for the chosen and one more
+    odd = Selection(("a",), why={"a": {"score": "0.5", "note": "x", "inf": float("inf")},
+                                 "b": {"score": 1}, "c": {"score": 2}, 7: "not a mapping"})
+    assert odd.why_record() == {"a": {"score": 0.5}, "b": {"score": 1.0}}
     # a selection without reasons (a plug-in policy) compares and prints as before
     assert Selection(("a",)) == Selection(("a",), why={"a": {"score": 1.0}})
     assert "why" not in repr(Selection(("a",)))
