@@ -36,7 +36,7 @@ from pfedma_flwr.data.benchmarks import Task, load_benchmark
 from pfedma_flwr.experiments.analysis import RunData, load_run
 from pfedma_flwr.experiments.compare import guessing_rates
 from pfedma_flwr.experiments.stats import above_chance
-from pfedma_flwr.routing.orchestrator import TIER_PARTS
+from pfedma_flwr.routing.orchestrator import SCORE_PARTS, TIER_PARTS
 
 LOSSES = ("never_produced", "filtered", "outvoted")
 
@@ -175,15 +175,13 @@ def decided_by(chosen: Mapping[str, float], left: Mapping[str, float]) -> str:
     for t in TIER_PARTS:
         if float(chosen.get(t, 0.0)) != float(left.get(t, 0.0)):
             return t
-    g = {k: (float(chosen.get(k, 0.0)), float(left.get(k, 0.0)))
-         for k in ("C", "sim", "S", "bonus", "cost")}
-    s_mid = (g["S"][0] + g["S"][1]) / 2.0
-    parts = {"C": (g["C"][0] - g["C"][1]) / 2.0 * s_mid,
-             "sim": (g["sim"][0] - g["sim"][1]) / 2.0 * s_mid,
-             "S": (g["C"][0] + g["sim"][0] + g["C"][1] + g["sim"][1]) / 4.0
-             * (g["S"][0] - g["S"][1]),
-             "bonus": g["bonus"][0] - g["bonus"][1],
-             "cost": g["cost"][1] - g["cost"][0]}
+    a, b = ({k: float(side.get(k, 0.0)) for k in SCORE_PARTS} for side in (chosen, left))
+    s_mid = (a["S"] + b["S"]) / 2.0
+    parts = {"C": (a["C"] - b["C"]) / 2.0 * s_mid,
+             "sim": (a["sim"] - b["sim"]) / 2.0 * s_mid,
+             "S": (a["C"] + a["sim"] + b["C"] + b["sim"]) / 4.0 * (a["S"] - b["S"]),
+             "bonus": a["bonus"] - b["bonus"],
+             "cost": b["cost"] - a["cost"]}
     best = max(parts, key=lambda k: (parts[k], k))
     return best if parts[best] > 0 else "tie"
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # aggregation imports routing.state: a runtime import here wo
     from pfedma_flwr.aggregation.consensus import CollabState
 
 __all__ = [
-    "ORCHESTRATORS", "TIER_PARTS", "AgentView", "BaseOrchestrator", "CandidateState",
+    "ORCHESTRATORS", "SCORE_PARTS", "TIER_PARTS", "AgentView", "BaseOrchestrator", "CandidateState",
     "HeuristicOrchestrator", "Orchestrator", "OrchestratorQuery", "QueryOutcome",
     "RandomOrchestrator", "Selection", "as_orchestrator", "round_budget", "should_stop",
     "validate_selection", "votes_needed",
@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 MIN_AGREEING = 2  # the stopping rule's "at least 2 agreeing retained responses"
 # the parts of a candidate's tier, in the order the heuristic compares them (Selection.why)
 TIER_PARTS = ("filtered", "off_domain", "asked_again", "way")
+# the parts of a candidate's score (HeuristicOrchestrator.terms, Selection.why)
+SCORE_PARTS = ("C", "sim", "S", "bonus", "cost", "score")
 
 
 def should_stop(z: CollabState | None, round: int, stop_support: float) -> bool:
@@ -170,7 +172,7 @@ class HeuristicOrchestrator(BaseOrchestrator):
                 )
             rows.append(p)
         if not rows:
-            return {k: np.zeros(0) for k in ("C", "sim", "S", "bonus", "cost", "score")}
+            return {k: np.zeros(0) for k in SCORE_PARTS}
         # one matrix-vector product and array arithmetic: at N = 1,000 candidates per query a
         # Python loop over them was the server's largest cost (bench/bench_server_scale.py)
         d = query.domain
