@@ -29,6 +29,8 @@ class _Accuracy(Protocol):
     @property
     def done(self) -> int: ...
     @property
+    def scored(self) -> int: ...
+    @property
     def correct(self) -> int: ...
     @property
     def by_benchmark(self) -> dict[str, list[int]]: ...
@@ -61,8 +63,8 @@ def round_scalars(rec: Mapping[str, Any], acc: _Accuracy | None = None) -> dict[
         t = _num(c.get("tokens")) if isinstance(c, Mapping) else None
         if t is not None:
             out[f"clients/{cid}/tokens"] = t
-    if acc is not None and acc.done:
-        out["queries/accuracy"] = acc.correct / acc.done
+    if acc is not None and acc.scored:
+        out["queries/accuracy"] = acc.correct / acc.scored
         for b, (c, d) in acc.by_benchmark.items():
             out[f"queries/accuracy/{b}"] = c / d if d else 0.0
     return out

@@ -25,7 +25,6 @@ from typing import Any
 
 from pfedma_flwr.server.progress_lines import (
     RunningAccuracy,
-    accuracy_text,
     as_int,
     delivery_line,
     duration_text,
@@ -152,7 +151,7 @@ class TerminalBar:
         self.progress.update(
             self.queries,
             completed=acc.done,
-            description=f"queries, {accuracy_text(acc.correct, acc.done)}",
+            description=f"queries, {acc.text()}",
         )
         if event is not None:
             r = as_int(event.get("round"))

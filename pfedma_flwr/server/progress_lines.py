@@ -32,21 +32,34 @@ def accuracy_text(correct: int, done: int) -> str:
 
 @dataclass
 class RunningAccuracy:
-    """Queries finished and answered correctly so far, overall and per benchmark."""
+    """Queries finished, and of those with a gold verdict the ones answered correctly.
+
+    A query without a boolean ``correct`` (a benchmark judged after the run, AlpacaEval's
+    ``None``, or a hostile field) counts as done but not in the accuracy: AlpacaEval's answers
+    read "acc 0/20" before, though no exact-match verdict exists for them.
+    """
 
     total: int | None = None
     done: int = 0
+    scored: int = 0
     correct: int = 0
     by_benchmark: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, rec: Mapping[str, Any]) -> None:
         """Count one finished query (its ``queries.jsonl`` record)."""
-        ok = rec.get("correct") is True
         self.done += 1
+        ok = rec.get("correct")
+        if not isinstance(ok, bool):
+            return
+        self.scored += 1
         self.correct += ok
         b = self.by_benchmark.setdefault(str(rec.get("benchmark", "?")), [0, 0])
         b[0] += ok
         b[1] += 1
+
+    def text(self) -> str:
+        """``acc 2/3 (66.7 %)`` over the scored queries, ``acc -`` before the first."""
+        return accuracy_text(self.correct, self.scored)
 
 
 def query_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
@@ -56,13 +69,14 @@ def query_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
     (66.7 %)``.
     """
     of = f"/{acc.total}" if acc.total else ""
-    verdict = "correct" if rec.get("correct") is True else "wrong"
+    ok = rec.get("correct")
+    verdict = ("correct" if ok else "wrong") if isinstance(ok, bool) else "judged after the run"
     return (
         f"[pfedma] query {acc.done}{of} {_short(rec.get('benchmark', '?'), 20)}/"
         f"{_short(rec.get('query_id', '?'), 30)}: {verdict}, answer "
         f"{_short(rec.get('answer', ''))!r} (gold {_short(rec.get('gold', ''))!r}), "
         f"{as_int(rec.get('rounds'))} rounds, {_short(rec.get('stop_reason', '?'), 30)} | "
-        f"{accuracy_text(acc.correct, acc.done)}"
+        f"{acc.text()}"
     )
 
 
@@ -96,7 +110,7 @@ def round_line(rec: Mapping[str, Any], acc: RunningAccuracy) -> str:
         f"{as_int(m.get('cost/tokens'))} tokens, "
         f"{as_int(m.get('cost/backend_calls'))} backend calls, "
         f"{as_int(m.get('rules/num_global'))} global rules | {acc.done}{of} queries done, "
-        f"{accuracy_text(acc.correct, acc.done)}" + (f" ({per_bench})" if per_bench else "")
+        f"{acc.text()}" + (f" ({per_bench})" if per_bench else "")
     )
 
 
@@ -130,5 +144,5 @@ def delivery_line(event: Mapping[str, Any], acc: RunningAccuracy) -> str:
     of = f"/{acc.total}" if acc.total else ""
     return (
         f"[pfedma] {where}: {what} | {counts} after {duration_text(event.get('elapsed'))} | "
-        f"{acc.done}{of} queries done, {accuracy_text(acc.correct, acc.done)}"
+        f"{acc.done}{of} queries done, {acc.text()}"
     )

@@ -115,8 +115,8 @@ def load_run(path: Path | str) -> dict[str, Any]:
     except ImportError as e:
         raise ImportError("load_run needs pandas: pip install 'pfedma-flwr[report]'") from e
     run = load_run_dir(path)
-    acc = [{"round": a.round, "done": a.done, "correct": a.correct,
-            "accuracy": a.correct / a.done if a.done else None,
+    acc = [{"round": a.round, "done": a.done, "scored": a.scored, "correct": a.correct,
+            "accuracy": a.correct / a.scored if a.scored else None,
             **{f"acc/{b}": c / d for b, (c, d) in sorted(a.by_benchmark.items())}}
            for a in accuracy_by_round(run)]
     profiles = client_profiles(run.summary)
@@ -139,7 +139,10 @@ class RoundAccuracy:
     round: int
     done: int
     correct: int
-    by_benchmark: dict[str, list[int]]  # benchmark -> [correct, done]
+    by_benchmark: dict[str, list[int]]  # benchmark -> [correct, scored]
+    # queries with a gold verdict: accuracy is correct / scored, as in summary.json (a judged
+    # benchmark's ``correct`` is None: AlpacaEval is judged after the run, never "wrong")
+    scored: int = 0
 
 
 def settled_round(rounds: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -169,16 +172,19 @@ def accuracy_by_round(run: RunDir) -> list[RoundAccuracy]:
     last_seen = settled_round(run.rounds)
     out = []
     for n in nums:
-        done = correct = 0
+        done = correct = scored = 0
         by_b: dict[str, list[int]] = {}
         for q in run.queries:
             if last_seen.get(str(q.get("query_id")), nums[-1]) > n:
                 continue
-            ok = q.get("correct") is True
-            done, correct = done + 1, correct + ok
+            done += 1
+            ok = q.get("correct")
+            if not isinstance(ok, bool):
+                continue
+            correct, scored = correct + ok, scored + 1
             b = by_b.setdefault(str(q.get("benchmark", "?")), [0, 0])
             b[0], b[1] = b[0] + ok, b[1] + 1
-        out.append(RoundAccuracy(n, done, correct, by_b))
+        out.append(RoundAccuracy(n, done, correct, by_b, scored))
     return out
 
 

@@ -177,7 +177,7 @@ def _rounds(run: RunDir) -> list[str]:
         by_b = a.by_benchmark if a is not None else {}
         return [
             *r.values(),
-            _pct(a.correct / a.done if a and a.done else None),
+            _pct(a.correct / a.scored if a and a.scored else None),
             *(_pct(by_b[b][0] / by_b[b][1]) if b in by_b else "-" for b in benches),
             cov[r["round"]]["global"],
             cov[r["round"]]["active"],

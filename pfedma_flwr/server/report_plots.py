@@ -58,12 +58,12 @@ def _accuracy(plt: Any, run: rep.RunDir, out: Path) -> bool:
 
 
 def _accuracy_rounds(plt: Any, run: rep.RunDir, out: Path) -> bool:
-    rows = [a for a in rep.accuracy_by_round(run) if a.done]
+    rows = [a for a in rep.accuracy_by_round(run) if a.scored]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     x = [a.round for a in rows]
-    ax.plot(x, [100 * a.correct / a.done for a in rows], marker="o", color="black", label="all")
+    ax.plot(x, [100 * a.correct / a.scored for a in rows], marker="o", color="black", label="all")
     for b in sorted({b for a in rows for b in a.by_benchmark}):
         pts = [
             (a.round, 100 * a.by_benchmark[b][0] / a.by_benchmark[b][1])

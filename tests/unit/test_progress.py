@@ -77,7 +77,10 @@ def test_lines_survive_hostile_records():
     acc.add(rec)
     line = pl.query_line(rec, acc)
     assert "\n" not in line and len(line) < 250
-    assert "wrong" in line and "acc 0/1 (0.0 %)" in line  # only a real True counts as correct
+    # a verdict that is no boolean is no gold verdict: neither right nor wrong, not scored
+    assert "judged after the run" in line and line.endswith("acc -") and acc.done == 1
+    acc.add({**rec, "correct": 1})  # a number is no verdict either
+    assert acc.text() == "acc -" and acc.by_benchmark == {}
     bad = {"metrics": "nope", "failures": [1], "queries": {"client_errors": 3}}
     assert pl.round_line(bad, pl.RunningAccuracy()) == (
         "[pfedma] round 0: 0 queries, 0 retained / 0 filtered, 0 unusable, 0 nodes failed, 0 tokens, "
@@ -214,3 +217,29 @@ def test_configure_logging_adds_its_handler_once_where_root_has_none(monkeypatch
     logs.configure_logging("DEBUG")
     ours = [h for h in logging.getLogger("strategies").handlers if getattr(h, "_pfedma", False)]
     assert len(ours) == 1
+
+
+def test_judged_queries_finish_but_stay_out_of_the_running_accuracy():
+    # AlpacaEval's records carry correct None (judged after the run): 2 runs of 20 such queries
+    # read "acc 0/20 (0.0 %)" before, as if every answer were wrong
+    acc = pl.RunningAccuracy(total=3)
+    alpaca = {
+        "query_id": "a0",
+        "benchmark": "alpacaeval",
+        "answer": "Sure! ...",
+        "gold": "Certainly! ...",
+        "correct": None,
+        "rounds": 2,
+        "stop_reason": "t_max",
+    }
+    acc.add(alpaca)
+    assert pl.query_line(alpaca, acc) == (
+        "[pfedma] query 1/3 alpacaeval/a0: judged after the run, answer 'Sure! ...' "
+        "(gold 'Certainly! ...'), 2 rounds, t_max | acc -"
+    )
+    acc.add(Q[0])
+    acc.add(Q[1])
+    assert (acc.done, acc.scored, acc.correct) == (3, 2, 1)
+    assert pl.round_line(ROUND_1, acc).endswith(
+        "| 3/3 queries done, acc 1/2 (50.0 %) (gsm8k 1/1, medqa 0/1)"
+    )

@@ -88,6 +88,18 @@ def test_accuracy_by_round_counts_each_query_from_the_round_it_finished(tmp_path
     assert [(a.round, a.done, a.correct) for a in acc] == [(1, 1, 1), (2, 3, 2)]
     assert acc[0].by_benchmark == {"gsm8k": [1, 1]}
     assert acc[1].by_benchmark == {"gsm8k": [2, 2], "medqa": [0, 1]}
+    assert [a.scored for a in acc] == [1, 3]
+
+
+def test_a_judged_query_counts_as_finished_but_not_in_the_accuracy(tmp_path):
+    out = _run_dir(tmp_path)
+    judged = {"query_id": "a0", "benchmark": "alpacaeval", "correct": None, "answer": "x"}
+    with open(out / "queries.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(judged) + "\n")
+    acc = report.accuracy_by_round(report.load_run_dir(out))
+    # a0 is in no round record: it counts from the last round on, as finished only
+    assert [(a.round, a.done, a.scored, a.correct) for a in acc] == [(1, 1, 1, 1), (2, 4, 3, 2)]
+    assert "alpacaeval" not in acc[1].by_benchmark
 
 
 def test_selection_capability_and_rule_tables():
