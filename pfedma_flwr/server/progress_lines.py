@@ -41,9 +41,13 @@ class RunningAccuracy:
 
     total: int | None = None
     done: int = 0
-    scored: int = 0
     correct: int = 0
-    by_benchmark: dict[str, list[int]] = field(default_factory=dict)
+    by_benchmark: dict[str, list[int]] = field(default_factory=dict)  # -> [correct, scored]
+
+    @property
+    def scored(self) -> int:
+        """Finished queries with a gold verdict (the accuracy's denominator)."""
+        return sum(d for _, d in self.by_benchmark.values())
 
     def add(self, rec: Mapping[str, Any]) -> None:
         """Count one finished query (its ``queries.jsonl`` record)."""
@@ -51,7 +55,6 @@ class RunningAccuracy:
         ok = rec.get("correct")
         if not isinstance(ok, bool):
             return
-        self.scored += 1
         self.correct += ok
         b = self.by_benchmark.setdefault(str(rec.get("benchmark", "?")), [0, 0])
         b[0] += ok

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pfedma_flwr.persistence import read_jsonl_lines
+from pfedma_flwr.server.progress_lines import RunningAccuracy
 from pfedma_flwr.server.provenance import (  # noqa: F401  (re-exported: cli, server_app, tests use them)
     RUN_INFO,
     VERSIONED,
@@ -140,9 +141,15 @@ class RoundAccuracy:
     done: int
     correct: int
     by_benchmark: dict[str, list[int]]  # benchmark -> [correct, scored]
-    # queries with a gold verdict: accuracy is correct / scored, as in summary.json (a judged
-    # benchmark's ``correct`` is None: AlpacaEval is judged after the run, never "wrong")
-    scored: int = 0
+
+    @property
+    def scored(self) -> int:
+        """Queries with a gold verdict: accuracy is correct / scored, as in summary.json.
+
+        A judged benchmark's ``correct`` is None (AlpacaEval is judged after the run): such a
+        query is finished (``done``) but never "wrong".
+        """
+        return sum(d for _, d in self.by_benchmark.values())
 
 
 def settled_round(rounds: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -172,19 +179,12 @@ def accuracy_by_round(run: RunDir) -> list[RoundAccuracy]:
     last_seen = settled_round(run.rounds)
     out = []
     for n in nums:
-        done = correct = scored = 0
-        by_b: dict[str, list[int]] = {}
+        # the live progress lines' counter: one rule for what counts as finished and scored
+        acc = RunningAccuracy()
         for q in run.queries:
-            if last_seen.get(str(q.get("query_id")), nums[-1]) > n:
-                continue
-            done += 1
-            ok = q.get("correct")
-            if not isinstance(ok, bool):
-                continue
-            correct, scored = correct + ok, scored + 1
-            b = by_b.setdefault(str(q.get("benchmark", "?")), [0, 0])
-            b[0], b[1] = b[0] + ok, b[1] + 1
-        out.append(RoundAccuracy(n, done, correct, by_b, scored))
+            if last_seen.get(str(q.get("query_id")), nums[-1]) <= n:
+                acc.add(q)
+        out.append(RoundAccuracy(n, acc.done, acc.correct, acc.by_benchmark))
     return out
 
 
